@@ -1,0 +1,32 @@
+"""The ``executor`` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from executor.cli import config_cmd
+from executor.cli._common import CliState
+
+app = typer.Typer(
+    help="A sandboxed, container-backed executor for AI agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(config_cmd.app, name="config")
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    config: Path | None = typer.Option(None, "--config", help="TOML settings file (else $EXECUTOR_CONFIG)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (stable shapes)."),
+) -> None:
+    ctx.obj = CliState(config=config, json=json_output)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,606 @@
+"""Settings: one validated model, built once at the entry point.
+
+Sources, highest precedence first:
+
+1. explicit overrides passed to :func:`load_settings` (CLI flags, the Python API);
+2. environment variables ``EXECUTOR_<SECTION>__<FIELD>`` (for example ``EXECUTOR_BASH__TIMEOUT_MS=5000``;
+   lists and tables as JSON);
+3. the TOML file named by ``--config`` or ``EXECUTOR_CONFIG``;
+4. the defaults below.
+
+Each component receives its own section and never reads the environment itself. Every field has a
+default, a range and a docstring; the README's settings table is generated from this module
+(:func:`settings_table`) and a test fails when it drifts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import platformdirs
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from executor.errors import ConfigError
+
+__all__ = [
+    "AgentSettings",
+    "ArtifactSettings",
+    "BashSettings",
+    "CacheSettings",
+    "DockerSettings",
+    "FocusSettings",
+    "GateSettings",
+    "ImageSettings",
+    "JournalSettings",
+    "JudgeSettings",
+    "McpSettings",
+    "Profile",
+    "Settings",
+    "WriteSettings",
+    "load_settings",
+    "parse_bytes",
+    "settings_table",
+]
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_CREDENTIAL_RE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+def parse_bytes(value: object) -> int:
+    """Parse a size: an integer number of bytes or a string such as ``"512m"``, ``"1GiB"``, ``"64k"``."""
+    if isinstance(value, bool):
+        raise ValueError("a size must be a number of bytes or a string like '512m'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if match is None:
+            raise ValueError(f"{value!r} is not a size; write bytes or a number with k, m, g or t, like '512m'")
+        return int(match.group(1)) * _UNITS[match.group(2).lower()]
+    raise ValueError("a size must be a number of bytes or a string like '512m'")
+
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+"""A byte count that also accepts ``"512m"``-style strings."""
+
+_MIB = 1024**2
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class DockerSettings(_Section):
+    """How the executor reaches the Docker engine."""
+
+    base_url: str = "unix:///var/run/docker.sock"
+    """Engine address: ``unix:///path`` (local) or ``tcp://host:port`` (remote; the agent then uses the exec bridge)."""
+    api_timeout_s: float = Field(60.0, gt=0, le=3600)
+    """Timeout of one Engine API call, in seconds."""
+    max_threads: int = Field(8, ge=1, le=128)
+    """Worker threads that may run blocking Engine API calls at once."""
+    retry_attempts: int = Field(3, ge=1, le=10)
+    """Attempts for an idempotent engine call (inspect, list, remove); never for an exec or a write."""
+    retry_wait_s: float = Field(0.2, ge=0, le=30)
+    """Wait between two attempts of an idempotent engine call, in seconds."""
+    stop_timeout_s: int = Field(2, ge=0, le=300)
+    """Seconds a session container gets between SIGTERM and SIGKILL when it is stopped."""
+
+
+class ImageSettings(_Section):
+    """Where session images come from and how they are built offline."""
+
+    images_dir: Path = _REPO_ROOT / "images"
+    """Folder holding one sub-folder (a Dockerfile and its files) per buildable image."""
+    bootstrap: Literal["auto", "mmdebstrap", "debootstrap"] = "auto"
+    """Tool that builds a Debian root filesystem when no base image is local or pullable; ``auto`` tries
+    mmdebstrap, then debootstrap."""
+    suite: str | None = None
+    """Debian suite to bootstrap; unset means the host's own release codename."""
+    try_pull: bool = True
+    """Try to pull a missing base image before bootstrapping it."""
+    build_timeout_s: float = Field(1800.0, gt=0, le=7200)
+    """Upper bound for bootstrapping and building one image, in seconds."""
+
+
+class AgentSettings(_Section):
+    """The in-container agent and the host's connection to it."""
+
+    transport: Literal["auto", "socket", "exec"] = "auto"
+    """``socket``: a unix socket in a host-mounted folder (local engines only); ``exec``: a byte stream through
+    an exec bridge (works with remote engines); ``auto`` picks socket for a local engine."""
+    connect_timeout_s: float = Field(10.0, gt=0, le=300)
+    """How long to wait for a new session's agent to answer its handshake, in seconds."""
+    max_frame_bytes: int = Field(1 * _MIB, ge=4096, le=16 * _MIB)
+    """Largest protocol frame either side accepts; a larger length closes the connection."""
+    detached_buffer_bytes: Bytes = Field(8 * _MIB, ge=64 * 1024, le=1024 * _MIB)
+    """Per background-task stream bytes the agent keeps while no host is connected (in its private tmpfs);
+    past this the oldest bytes are dropped and the drop is reported."""
+    private_tmpfs_bytes: Bytes = Field(64 * _MIB, ge=_MIB, le=4096 * _MIB)
+    """Size of the agent's private tmpfs (root only, not visible to commands)."""
+    cc: str = "cc"
+    """C compiler used to build the agent from source."""
+
+
+class BashSettings(_Section):
+    """The bash tool: per-call limits and process-group supervision."""
+
+    timeout_ms: int = Field(120_000, ge=1, le=86_400_000)
+    """Default foreground deadline of one command, in milliseconds."""
+    max_timeout_ms: int = Field(600_000, ge=1, le=86_400_000)
+    """Largest per-call ``timeout_ms`` a caller may ask for; a larger one is refused before anything runs."""
+    grace_ms: int = Field(3_000, ge=0, le=600_000)
+    """SIGTERM-to-SIGKILL grace on the whole process group, in milliseconds."""
+    drain_ms: int = Field(1_000, ge=0, le=600_000)
+    """How long pipes are drained after the direct child exits, in milliseconds; a descendant holding a
+    pipe cannot hang the call past it."""
+    max_command_bytes: int = Field(256 * 1024, ge=16, le=16 * _MIB)
+    """Largest command string accepted; a larger one is refused before the gate sees it."""
+    max_stdin_bytes: Bytes = Field(16 * _MIB, ge=0, le=1024 * _MIB)
+    """Largest stdin a caller may supply."""
+    orphans: Literal["kill", "keep"] = "kill"
+    """What happens to processes a foreground command left running: ``kill`` them (and list them in the result),
+    or ``keep`` them until the session closes."""
+    max_background_tasks: int = Field(32, ge=1, le=1024)
+    """Background tasks one session may run at once."""
+
+    @field_validator("max_timeout_ms")
+    @classmethod
+    def _cap_covers_default(cls, value: int, info: Any) -> int:
+        default = info.data.get("timeout_ms")
+        if default is not None and value < default:
+            raise ValueError(f"max_timeout_ms ({value}) must be at least timeout_ms ({default})")
+        return value
+
+
+class WriteSettings(_Section):
+    """The write tool: staged, symlink-safe file writes."""
+
+    max_bytes: Bytes = Field(16 * _MIB, ge=0, le=1024 * _MIB)
+    """Largest file content one write may carry."""
+    new_file_mode: int = Field(0o644, ge=0, le=0o7777)
+    """Mode of a file the write creates (an existing file keeps its own mode)."""
+    diff_max_lines: int = Field(200, ge=1, le=100_000)
+    """Lines of unified diff shown for review; the rest is summarised."""
+    max_path_chars: int = Field(4096, ge=16, le=65536)
+    """Longest path accepted."""
+    max_component_chars: int = Field(255, ge=1, le=4096)
+    """Longest single path component accepted."""
+
+
+class ArtifactSettings(_Section):
+    """The artifact store and the recovery tools (``read_output``, ``search_output``)."""
+
+    capture_max_bytes: Bytes = Field(256_000, ge=1024, le=64 * 1024 * _MIB)
+    """Per-stream bytes kept; past it the head and the tail are kept and the drop is recorded."""
+    display_max_chars: int = Field(8_000, ge=256, le=1_000_000)
+    """Character budget of one presented view or recovery page."""
+    view_head_lines: int = Field(10, ge=0, le=10_000)
+    """Lines of each stream shown in the bounded view before the recovery notice."""
+    journal_mode: Literal["wal", "delete", "truncate"] = "wal"
+    """SQLite journal mode of the index; ``delete``/``truncate`` where WAL's shared memory does not work."""
+    session_max_bytes: Bytes = Field(512 * _MIB, ge=_MIB, le=1024**4)
+    """Stored bytes per session before the oldest artifacts are evicted."""
+    session_max_artifacts: int = Field(10_000, ge=1, le=10_000_000)
+    """Stored artifacts per session before the oldest are evicted."""
+    tombstone_horizon_s: float = Field(7 * 86_400.0, ge=0, le=365 * 86_400.0)
+    """How long an evicted artifact is remembered as evicted; after that it is unknown."""
+    search_timeout_s: float = Field(1.0, gt=0, le=60)
+    """Time bound of one ``search_output`` call's regex work, in seconds."""
+    scan_max_chars: int = Field(1_000_000, ge=1_000, le=1_000_000_000)
+    """Characters one ``search_output`` call scans before it stops at a line boundary."""
+    line_ceiling_chars: int = Field(16_000_000, ge=1_000, le=1_000_000_000)
+    """Longest single line a search finishes; a longer one is reported unscannable."""
+    pattern_max_chars: int = Field(1_000, ge=1, le=100_000)
+    """Longest search pattern accepted."""
+
+
+class JudgeSettings(_Section):
+    """The pluggable judge ("System One")."""
+
+    provider: Literal["rules", "openai"] = "rules"
+    """``rules``: the embedded offline, deterministic judge; ``openai``: any chat-completions endpoint."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """Base URL of the OpenAI-compatible endpoint (``openai`` provider)."""
+    model: str = "gpt-4o-mini"
+    """Model name sent to the endpoint (``openai`` provider)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the host environment variable holding the API key; the key is never logged nor put in a container."""
+    timeout_s: float = Field(20.0, gt=0, le=600)
+    """Time bound of one judgment call, in seconds; a timeout fails closed."""
+    call_budget: int = Field(500, ge=0, le=1_000_000)
+    """Provider calls one session may make; past it judgments fail closed."""
+    max_response_bytes: int = Field(65_536, ge=256, le=16 * _MIB)
+    """Largest provider answer accepted; a larger one fails closed."""
+
+
+class CacheSettings(_Section):
+    """The shared exact-answer cache of judgments."""
+
+    enabled: bool = True
+    """Share one in-memory cache between every reflex."""
+    max_entries: int = Field(1024, ge=1, le=1_000_000)
+    """Entries kept before the least recently used is dropped."""
+
+
+class GateSettings(_Section):
+    """Static policy, judgment and approvals."""
+
+    policy_dir: Path = _REPO_ROOT / "policy"
+    """Folder of policy TOML files; a profile names one by its stem."""
+    trust: int = Field(1, ge=0, le=3)
+    """Trust level N: 0 asks about anything the judge flags, 1 asks on risk and denies on danger,
+    2 allows risk and asks on danger, 3 allows unless the judge or policy denies."""
+    judge: JudgeSettings = JudgeSettings()
+    """The judge provider."""
+    cache: CacheSettings = CacheSettings()
+    """The answer cache."""
+
+
+class FocusSettings(_Section):
+    """Focus rollout and sanitizing of presented views."""
+
+    mode: Literal["off", "shadow", "on"] = "off"
+    """``off``: bounded view, no focus judgment; ``shadow``: judge and journal, present the off view;
+    ``on``: present the selected sections with a coverage receipt."""
+    max_sections: int = Field(2_000, ge=1, le=1_000_000)
+    """Sections one stream is split into at most; the rest is one trailing section."""
+    redact_credentials: bool = True
+    """Redact credential-shaped strings in presented views (the stored artifact stays raw)."""
+
+
+class JournalSettings(_Section):
+    """The decision journal (ndjson, one per session)."""
+
+    fsync: Literal["always", "close", "never"] = "always"
+    """When appended events are fsynced: after each event, when the session closes, or never."""
+    max_line_bytes: int = Field(1 * _MIB, ge=1024, le=256 * _MIB)
+    """Longest journal line a reader accepts."""
+    max_depth: int = Field(32, ge=2, le=1000)
+    """Deepest JSON nesting a reader accepts."""
+
+
+class McpSettings(_Section):
+    """The MCP server surface."""
+
+    host: str = "127.0.0.1"
+    """Address the HTTP transport binds."""
+    port: int = Field(8765, ge=0, le=65535)
+    """Port the HTTP transport binds (0: any free port)."""
+    tokens: tuple[str, ...] = ()
+    """Bearer tokens accepted over HTTP; each owns its own sessions and artifacts. Empty: HTTP refuses to start."""
+
+    @field_validator("tokens")
+    @classmethod
+    def _long_tokens(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for token in value:
+            if len(token) < 16:
+                raise ValueError("each bearer token must be at least 16 characters")
+        return value
+
+
+_FORBIDDEN_MOUNT_HINT = "mounting the Docker socket hands the sandbox the host; remove it (no loosening allows this)"
+
+
+class Profile(_Section):
+    """A session profile: image, limits and the container's hardening.
+
+    Defaults are the hardened ones; loosening is explicit. Privileged mode, the Docker socket, host
+    namespaces and host devices can never be asked for.
+    """
+
+    image: str = "base"
+    """A folder name under ``images/`` (built on demand) or any local image reference (``name:tag``)."""
+    memory: Bytes = Field(1024 * _MIB, ge=32 * _MIB, le=1024**4)
+    """Memory limit; swap is disabled (memory+swap is set equal)."""
+    cpus: float = Field(1.0, gt=0, le=256)
+    """CPU quota in cores."""
+    pids: int = Field(512, ge=16, le=1_000_000)
+    """Processes and threads the container may hold (the pids cgroup counts threads)."""
+    file_size: Bytes = Field(1024 * _MIB, ge=_MIB, le=1024**4)
+    """Largest file a command may write (RLIMIT_FSIZE)."""
+    nofile: int = Field(4096, ge=64, le=1_048_576)
+    """Open files per process (RLIMIT_NOFILE)."""
+    tmp_size: Bytes = Field(256 * _MIB, ge=_MIB, le=1024**4)
+    """Size of the ``/tmp`` tmpfs (counts against memory)."""
+    home_size: Bytes = Field(64 * _MIB, ge=_MIB, le=1024**4)
+    """Size of the session user's home tmpfs (counts against memory)."""
+    shm_size: Bytes = Field(64 * _MIB, ge=_MIB, le=1024**4)
+    """Size of ``/dev/shm``."""
+    network: str = "none"
+    """``none`` (default) or ``bridge`` (explicit egress); ``host`` and other containers' namespaces are refused."""
+    user: str = "1000:1000"
+    """``uid:gid`` commands run as; root is refused."""
+    workspace: str = "/workspace"
+    """Absolute path of the session's workspace volume inside the container."""
+    read_only_root: bool = True
+    """Mount the image's root filesystem read-only."""
+    seccomp: Literal["pinned", "engine-default"] = "pinned"
+    """``pinned``: the profile shipped with the executor, passed inline; ``engine-default``: the engine's own."""
+    log_driver: Literal["none", "capped"] = "none"
+    """Container log: ``none``, or ``capped`` (json-file, 1 MiB, one file)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the container; credential-shaped names are refused (secrets never enter a sandbox)."""
+    policy: str = "default"
+    """Stem of the policy file under the gate's ``policy_dir``."""
+    privileged: bool = False
+    """Never allowed; present only so that asking for it fails loudly."""
+    pid_mode: str = "private"
+    """Never ``host``."""
+    ipc_mode: str = "private"
+    """Never ``host``."""
+    devices: tuple[str, ...] = ()
+    """Never allowed: host devices."""
+    volumes: dict[str, str] = Field(default_factory=dict)
+    """Extra named volumes: ``{volume_name: container_path}``; host paths and the Docker socket are refused."""
+
+    @field_validator("privileged")
+    @classmethod
+    def _never_privileged(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("privileged containers are never allowed; remove 'privileged' from the profile")
+        return value
+
+    @field_validator("pid_mode", "ipc_mode")
+    @classmethod
+    def _private_namespaces(cls, value: str) -> str:
+        if value != "private":
+            raise ValueError(f"{value!r}: host or shared namespaces are never allowed; use 'private'")
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _no_devices(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value:
+            raise ValueError("host devices are never passed into a session; remove 'devices'")
+        return value
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        if value not in ("none", "bridge"):
+            raise ValueError(
+                f"network {value!r} is not allowed: use 'none' (default) or 'bridge' for explicit egress; "
+                "the host's and other containers' namespaces are never shared"
+            )
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _unprivileged_user(cls, value: str) -> str:
+        match = re.fullmatch(r"(\d+):(\d+)", value)
+        if match is None:
+            raise ValueError(f"user {value!r} must be numeric 'uid:gid', like '1000:1000'")
+        if int(match.group(1)) == 0 or int(match.group(2)) == 0:
+            raise ValueError("commands never run as root (uid or gid 0); pick an unprivileged 'uid:gid'")
+        return value
+
+    @field_validator("workspace")
+    @classmethod
+    def _absolute_workspace(cls, value: str) -> str:
+        if not value.startswith("/") or value == "/" or "\0" in value or "/.." in value:
+            raise ValueError(f"workspace {value!r} must be an absolute path below '/', like '/workspace'")
+        return value.rstrip("/")
+
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if _CREDENTIAL_RE.search(name):
+                raise ValueError(f"env {name!r} looks like a credential; secrets are never put in a container")
+        return value
+
+    @field_validator("volumes")
+    @classmethod
+    def _named_volumes_only(cls, value: dict[str, str]) -> dict[str, str]:
+        for source, target in value.items():
+            if "docker.sock" in source or "docker.sock" in target:
+                raise ValueError(_FORBIDDEN_MOUNT_HINT)
+            if source.startswith(("/", ".", "~")) or "/" in source:
+                raise ValueError(f"volume {source!r} is a host path; only named volumes are allowed")
+            if not target.startswith("/"):
+                raise ValueError(f"volume target {target!r} must be an absolute container path")
+        return value
+
+    @property
+    def uid(self) -> int:
+        """The numeric user id commands run as."""
+        return int(self.user.split(":")[0])
+
+    @property
+    def gid(self) -> int:
+        """The numeric group id commands run as."""
+        return int(self.user.split(":")[1])
+
+
+def _default_home() -> Path:
+    return Path(platformdirs.user_state_dir("executor"))
+
+
+class Settings(BaseSettings):
+    """Everything the executor can be told, one section per component."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="EXECUTOR_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+    home: Path = Field(default_factory=_default_home)
+    """State folder: per-session artifacts, the SQLite index, journals, agent binaries and sockets."""
+    default_profile: str = "default"
+    """Profile used when a session names none."""
+    profiles: dict[str, Profile] = Field(default_factory=lambda: {"default": Profile()})
+    """Named profiles; ``default`` always exists (the hardened defaults unless overridden)."""
+    docker: DockerSettings = DockerSettings()
+    """Engine connection."""
+    images: ImageSettings = ImageSettings()
+    """Session images."""
+    agent: AgentSettings = AgentSettings()
+    """In-container agent."""
+    bash: BashSettings = BashSettings()
+    """Bash tool."""
+    write: WriteSettings = WriteSettings()
+    """Write tool."""
+    artifacts: ArtifactSettings = ArtifactSettings()
+    """Artifact store and recovery tools."""
+    gate: GateSettings = GateSettings()
+    """Policy, judge, approvals, cache."""
+    focus: FocusSettings = FocusSettings()
+    """Focus and sanitize."""
+    journal: JournalSettings = JournalSettings()
+    """Decision journal."""
+    mcp: McpSettings = McpSettings()
+    """MCP server."""
+
+    @field_validator("profiles")
+    @classmethod
+    def _default_profile_exists(cls, value: dict[str, Profile]) -> dict[str, Profile]:
+        if "default" not in value:
+            value = {"default": Profile(), **value}
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings() merges the sources itself so that precedence is explicit and testable;
+        # the model only validates what it is given.
+        return (init_settings,)
+
+    def profile(self, name: str | None = None) -> Profile:
+        """Return the named profile (the default one for None); ConfigError names the known ones."""
+        key = name or self.default_profile
+        try:
+            return self.profiles[key]
+        except KeyError:
+            known = ", ".join(sorted(self.profiles))
+            raise ConfigError(f"no profile named {key!r}; known profiles: {known}") from None
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith("EXECUTOR_") or name == "EXECUTOR_CONFIG":
+            continue
+        path = [part.lower() for part in name[len("EXECUTOR_") :].split("__")]
+        value: Any = raw
+        if raw[:1] in "[{":
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw
+        node = layer
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{name}: conflicts with another EXECUTOR_ variable")
+        node[path[-1]] = value
+    return layer
+
+
+def _format_validation(error: ValidationError, origin: str) -> str:
+    lines = [f"{origin}: {error.error_count()} invalid setting(s):"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown setting; check the spelling against 'executor config show'"
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def load_settings(
+    config: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build the one settings object.
+
+    Args:
+        config: a TOML file; None falls back to ``EXECUTOR_CONFIG`` in ``environ``, then to defaults only.
+        environ: the environment to read ``EXECUTOR_*`` from (the entry point passes ``os.environ``).
+        overrides: explicit values (nested dicts) that win over everything else.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or a field is invalid; the message names every
+            bad field and the source it came from.
+    """
+    environ = environ or {}
+    if config is None and environ.get("EXECUTOR_CONFIG"):
+        config = Path(environ["EXECUTOR_CONFIG"])
+    data: dict[str, Any] = {}
+    origin = "defaults"
+    if config is not None:
+        origin = str(config)
+        try:
+            data = tomllib.loads(config.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {config} does not exist; pass an existing TOML file") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{config}: not valid TOML: {exc}") from exc
+    env = _env_layer(environ)
+    if env:
+        origin += " + EXECUTOR_* environment"
+    data = _deep_merge(data, env)
+    if overrides:
+        data = _deep_merge(data, overrides)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc, origin)) from exc
+
+
+def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, _Section):
+            rows.extend(_rows(annotation, f"{key}."))
+            continue
+        if name == "profiles":
+            rows.extend(_rows(Profile, "profiles.<name>."))
+            continue
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, Path):
+            shown = "(repo) " + default.name if default.is_relative_to(_REPO_ROOT) else "(platform state dir)"
+        else:
+            shown = json.dumps(default, default=str)
+        description = " ".join((field.description or "").split())
+        rows.append((key, shown, description))
+    return rows
+
+
+def settings_table() -> str:
+    """The README's settings table, generated from the model."""
+    lines = ["| setting | default | meaning |", "| --- | --- | --- |"]
+    for key, default, description in _rows(Settings, ""):
+        lines.append(f"| `{key}` | `{default}` | {description.replace('|', '/')} |")
+    return "\n".join(lines)

@@ -1,0 +1,205 @@
+"""The executor's one exception tree.
+
+Every error the executor raises on purpose derives from :class:`ExecutorError`. Leaves also subclass
+the builtin that matches their meaning, so callers that only know the builtins still catch them::
+
+    ExecutorError
+    ├── ConfigError (ValueError)              settings, profiles or policy files that do not load
+    ├── SandboxError                          the container side
+    │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
+    │   ├── EngineError                       the engine refused or failed a call
+    │   ├── ImageError                        an image could not be found, bootstrapped or built
+    │   ├── SessionNotFound (LookupError)     no such session (or not yours)
+    │   ├── SandboxLost                       the session's container went away mid-action
+    │   └── AgentError                        the in-container agent
+    │       └── AgentProtocolError            a malformed frame or a version mismatch
+    ├── CommandError                          the bash tool
+    │   ├── CommandRejected (ValueError)      refused before anything ran (size, timeout above the cap)
+    │   └── TaskNotFound (LookupError)        no such background task (or not yours)
+    ├── WriteError                            the write tool
+    │   ├── PathRejected (ValueError)         a path refused before any container call
+    │   ├── UnsafeTarget (PermissionError)    a symlink on the path, or a non-regular target
+    │   ├── ChangedSinceReview                the target is not in the state that was reviewed
+    │   ├── ActionConsumed                    a prepared action can execute once
+    │   └── WriteFailed (OSError)             the container refused the write (read-only, no space, ...)
+    ├── ArtifactError                         the artifact store and recovery tools
+    │   ├── ArtifactNotFound (LookupError)    unknown, malformed or foreign id: one message for all three
+    │   ├── StreamNotFound (LookupError)      the artifact has no such stream
+    │   ├── ArtifactEvicted (LookupError)     evicted by retention; its tombstone is still remembered
+    │   ├── PatternError (ValueError)         a search pattern that does not compile or is too long
+    │   └── PatternTimeout (TimeoutError)     a search pattern that ran past its time bound
+    ├── GateError                             policy, judge and approvals
+    │   ├── ActionDenied (PermissionError)    the gate said no
+    │   ├── ApprovalRequired (PermissionError)    an ask with nobody to answer it (blocked)
+    │   ├── ApprovalInvalidated               the action changed between request and resolution
+    │   └── JudgeError                        a judge failed (the gate fails closed on it)
+    └── JournalError                          the decision journal
+        └── JournalCorrupt (ValueError)       a journal line that does not parse or validate
+
+Messages say what happened and what to do next.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActionConsumed",
+    "ActionDenied",
+    "AgentError",
+    "AgentProtocolError",
+    "ApprovalInvalidated",
+    "ApprovalRequired",
+    "ArtifactError",
+    "ArtifactEvicted",
+    "ArtifactNotFound",
+    "ChangedSinceReview",
+    "CommandError",
+    "CommandRejected",
+    "ConfigError",
+    "EngineError",
+    "EngineUnavailable",
+    "ExecutorError",
+    "GateError",
+    "ImageError",
+    "JournalCorrupt",
+    "JournalError",
+    "JudgeError",
+    "PathRejected",
+    "PatternError",
+    "PatternTimeout",
+    "SandboxError",
+    "SandboxLost",
+    "SessionNotFound",
+    "StreamNotFound",
+    "TaskNotFound",
+    "UnsafeTarget",
+    "WriteError",
+    "WriteFailed",
+]
+
+
+class ExecutorError(Exception):
+    """Root of every error the executor raises on purpose."""
+
+
+class ConfigError(ExecutorError, ValueError):
+    """Settings, a profile or a policy file failed to load; the message names the field."""
+
+
+class SandboxError(ExecutorError):
+    """Something on the container side failed."""
+
+
+class EngineUnavailable(SandboxError, ConnectionError):
+    """No Docker engine answers at the configured address."""
+
+
+class EngineError(SandboxError):
+    """The engine refused or failed a call."""
+
+
+class ImageError(SandboxError):
+    """An image could not be found, bootstrapped or built."""
+
+
+class SessionNotFound(SandboxError, LookupError):
+    """No session with that id or name (or it belongs to someone else)."""
+
+
+class SandboxLost(SandboxError):
+    """The session's container went away while an action was in flight."""
+
+
+class AgentError(SandboxError):
+    """The in-container agent failed or could not be reached."""
+
+
+class AgentProtocolError(AgentError):
+    """A malformed frame, an oversized length or a protocol version mismatch."""
+
+
+class CommandError(ExecutorError):
+    """The bash tool could not run a command."""
+
+
+class CommandRejected(CommandError, ValueError):
+    """A command refused before anything ran: too large, or a timeout above the cap."""
+
+
+class TaskNotFound(CommandError, LookupError):
+    """No background task with that id (or it belongs to someone else)."""
+
+
+class WriteError(ExecutorError):
+    """The write tool refused or failed a write."""
+
+
+class PathRejected(WriteError, ValueError):
+    """A path refused before any container call (NUL, newline, too long, escapes the workspace, denied)."""
+
+
+class UnsafeTarget(WriteError, PermissionError):
+    """A symlink somewhere on the path, or a target that is not a regular file."""
+
+
+class ChangedSinceReview(WriteError):
+    """The target's state differs from the state that was reviewed; nothing was written."""
+
+
+class ActionConsumed(WriteError):
+    """A prepared action executes once; this one already did."""
+
+
+class WriteFailed(WriteError, OSError):
+    """The container refused the write (read-only filesystem, no space, permission)."""
+
+
+class ArtifactError(ExecutorError):
+    """The artifact store or a recovery tool failed."""
+
+
+class ArtifactNotFound(ArtifactError, LookupError):
+    """Unknown, malformed or foreign artifact id. The message never says which."""
+
+
+class StreamNotFound(ArtifactError, LookupError):
+    """The artifact exists but has no stream of that name."""
+
+
+class ArtifactEvicted(ArtifactError, LookupError):
+    """The artifact was evicted by retention; only its tombstone remains."""
+
+
+class PatternError(ArtifactError, ValueError):
+    """A search pattern that does not compile, or is longer than allowed."""
+
+
+class PatternTimeout(ArtifactError, TimeoutError):
+    """A search pattern that ran past its time bound."""
+
+
+class GateError(ExecutorError):
+    """Policy, judge or approval failure."""
+
+
+class ActionDenied(GateError, PermissionError):
+    """The gate denied the action; nothing ran."""
+
+
+class ApprovalRequired(GateError, PermissionError):
+    """The gate asks for an approval and no handler can give one; nothing ran."""
+
+
+class ApprovalInvalidated(GateError):
+    """The action changed between the approval request and its resolution; nothing ran."""
+
+
+class JudgeError(GateError):
+    """A judge provider failed (timeout, non-JSON, schema violation, too much output, budget)."""
+
+
+class JournalError(ExecutorError):
+    """The decision journal could not be written or read."""
+
+
+class JournalCorrupt(JournalError, ValueError):
+    """A journal line that does not parse or validate; the message carries the line number."""

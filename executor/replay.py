@@ -1,0 +1,1 @@
+"""Offline replay of journaled judgments against another policy or trust level."""

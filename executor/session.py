@@ -1,0 +1,1 @@
+"""The session pipeline: prepare -> gate -> execute -> capture -> present -> journal."""

@@ -1,0 +1,45 @@
+# The executor's tasks. The README's quick start is `just run` and `just test`.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+venv := ".venv"
+py := venv / "bin/python"
+exe := venv / "bin/executor"
+
+# List the recipes.
+default:
+    @just --list
+
+# Create the virtual environment, install the package and its dev tools, build the agent.
+setup:
+    @if [ ! -x {{py}} ]; then echo "==> creating {{venv}}"; python3 -m venv {{venv}}; fi
+    @if ! {{py}} -c 'import executor, pytest, mypy' 2>/dev/null || [ pyproject.toml -nt {{venv}}/.installed ]; then \
+        echo "==> installing the executor and its dev tools into {{venv}}"; \
+        {{py}} -m pip install --quiet --disable-pip-version-check -e '.[dev]' && touch {{venv}}/.installed; fi
+    @echo "==> building the in-container agent"
+    @{{exe}} agent build
+
+# Build the session image `base` (bootstraps a Debian root filesystem offline when needed).
+image name="base": setup
+    @echo "==> session image {{name}}"
+    @{{exe}} image build {{name}}
+
+# The main job on the embedded defaults: a scripted agent task, narrated.
+run: (image "base")
+    @{{exe}} demo
+
+# The whole test suite, against the real Docker engine.
+test *args: (image "base")
+    @echo "==> tests"
+    @{{py}} -m pytest {{args}}
+
+# Lint, types and import layering.
+lint: setup
+    {{venv}}/bin/ruff check executor tests
+    {{venv}}/bin/ruff format --check executor tests
+    {{venv}}/bin/mypy
+    {{venv}}/bin/lint-imports
+
+# Benchmarks, printed side by side with the raw Docker baseline.
+bench: (image "base")
+    @{{py}} -m tests.benchmarks
