@@ -321,6 +321,8 @@ class Profile(_Section):
     """``uid:gid`` commands run as; root is refused."""
     workspace: str = "/workspace"
     """Absolute path of the session's workspace volume inside the container."""
+    home: str = "/home/agent"
+    """Absolute path of the session user's home: a private tmpfs of ``home_size``, and ``HOME`` for commands."""
     read_only_root: bool = True
     """Mount the image's root filesystem read-only."""
     seccomp: Literal["pinned", "engine-default"] = "pinned"
@@ -383,11 +385,11 @@ class Profile(_Section):
             raise ValueError("commands never run as root (uid or gid 0); pick an unprivileged 'uid:gid'")
         return value
 
-    @field_validator("workspace")
+    @field_validator("workspace", "home")
     @classmethod
     def _absolute_workspace(cls, value: str) -> str:
         if not value.startswith("/") or value == "/" or "\0" in value or "/.." in value:
-            raise ValueError(f"workspace {value!r} must be an absolute path below '/', like '/workspace'")
+            raise ValueError(f"{value!r} must be an absolute path below '/', like '/workspace'")
         return value.rstrip("/")
 
     @field_validator("env")
