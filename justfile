@@ -43,3 +43,7 @@ lint: setup
 # Benchmarks, printed side by side with the raw Docker baseline.
 bench: (image "base")
     @{{py}} -m tests.benchmarks
+
+# Regenerate the README's settings table from the settings model.
+docs:
+    @{{py}} -c "import re, pathlib; from executor.config import settings_table as t; p = pathlib.Path('README.md'); s = p.read_text(); p.write_text(re.sub(r'(<!-- settings-table:start -->\n).*?(<!-- settings-table:end -->)', lambda m: m.group(1) + t() + '\n' + m.group(2), s, flags=re.S))"

@@ -1,0 +1,5 @@
+"""``python -m executor.cli``."""
+
+from executor.cli.main import main
+
+main()

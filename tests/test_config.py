@@ -1,0 +1,134 @@
+"""Settings: precedence, validation at load, and the README table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from executor import config as config_module
+from executor.config import Settings, load_settings, parse_bytes, settings_table
+from executor.errors import ConfigError
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_defaults_are_the_hardened_ones() -> None:
+    """The default profile has no network, a read-only root, an unprivileged user and limits on."""
+    profile = load_settings().profile()
+    assert profile.network == "none"
+    assert profile.read_only_root is True
+    assert profile.uid == 1000 and profile.gid == 1000
+    assert profile.memory == 1024**3
+    assert profile.pids == 512
+    assert profile.seccomp == "pinned"
+    assert profile.privileged is False
+
+
+def test_precedence_file_then_environment_then_overrides(tmp_path: Path) -> None:
+    """A file beats the defaults, the environment beats the file, explicit overrides beat everything."""
+    file = tmp_path / "c.toml"
+    file.write_text("[bash]\ntimeout_ms = 1000\ngrace_ms = 10\n[artifacts]\nview_head_lines = 3\n")
+    from_file = load_settings(file)
+    assert (from_file.bash.timeout_ms, from_file.bash.grace_ms, from_file.artifacts.view_head_lines) == (1000, 10, 3)
+    env = {"EXECUTOR_BASH__TIMEOUT_MS": "2000", "EXECUTOR_BASH__GRACE_MS": "20"}
+    from_env = load_settings(file, environ=env)
+    assert (from_env.bash.timeout_ms, from_env.bash.grace_ms, from_env.artifacts.view_head_lines) == (2000, 20, 3)
+    top = load_settings(file, environ=env, overrides={"bash": {"timeout_ms": 3000}})
+    assert (top.bash.timeout_ms, top.bash.grace_ms) == (3000, 20)
+
+
+def test_executor_config_variable_names_the_file(tmp_path: Path) -> None:
+    """EXECUTOR_CONFIG names the TOML file when no explicit path is given."""
+    file = tmp_path / "c.toml"
+    file.write_text("default_profile = 'small'\n[profiles.small]\nmemory = '256m'\n")
+    settings = load_settings(environ={"EXECUTOR_CONFIG": str(file)})
+    assert settings.profile().memory == 256 * 1024**2
+    assert "default" in settings.profiles
+
+
+def test_environment_accepts_json_for_tables() -> None:
+    """A table-valued setting can come from the environment as JSON."""
+    settings = load_settings(environ={"EXECUTOR_PROFILES": '{"ci": {"pids": 64}}'})
+    assert settings.profile("ci").pids == 64
+
+
+@pytest.mark.parametrize(
+    ("profile", "field", "needle"),
+    [
+        ({"pids": 0}, "profiles.bad.pids", "greater than or equal"),
+        ({"pids": -1}, "profiles.bad.pids", "greater than or equal"),
+        ({"memory": "3m"}, "profiles.bad.memory", "greater than or equal"),
+        ({"network": "host"}, "profiles.bad.network", "not allowed"),
+        ({"privileged": True}, "profiles.bad.privileged", "never allowed"),
+        ({"volumes": {"/var/run/docker.sock": "/var/run/docker.sock"}}, "profiles.bad.volumes", "Docker socket"),
+        ({"volumes": {"/etc": "/host-etc"}}, "profiles.bad.volumes", "host path"),
+        ({"pid_mode": "host"}, "profiles.bad.pid_mode", "never allowed"),
+        ({"devices": ["/dev/sda"]}, "profiles.bad.devices", "host devices"),
+        ({"user": "0:0"}, "profiles.bad.user", "never run as root"),
+        ({"env": {"GITHUB_TOKEN": "x"}}, "profiles.bad.env", "credential"),
+        ({"tmp_size": "abc"}, "profiles.bad.tmp_size", "not a size"),
+        ({"surprise": 1}, "profiles.bad.surprise", "unknown setting"),
+    ],
+)
+def test_bad_profiles_fail_at_load_naming_the_field(profile: dict[str, object], field: str, needle: str) -> None:
+    """Each unsafe or malformed profile value fails at load and the error names the field."""
+    with pytest.raises(ConfigError, match=rf"(?s){re.escape(field)}: .*{re.escape(needle)}"):
+        load_settings(overrides={"profiles": {"bad": profile}})
+
+
+def test_unknown_top_level_setting_is_rejected() -> None:
+    """A misspelled section is an error, not silently ignored."""
+    with pytest.raises(ConfigError, match=r"bsah: unknown setting"):
+        load_settings(overrides={"bsah": {"timeout_ms": 1}})
+
+
+def test_max_timeout_must_cover_the_default() -> None:
+    """A cap below the default timeout is refused at load."""
+    with pytest.raises(ConfigError, match=r"bash.max_timeout_ms: .*at least timeout_ms"):
+        load_settings(overrides={"bash": {"timeout_ms": 5000, "max_timeout_ms": 1000}})
+
+
+def test_missing_and_malformed_files_say_what_to_do(tmp_path: Path) -> None:
+    """A missing file and a non-TOML file each give a clear ConfigError."""
+    with pytest.raises(ConfigError, match=r"does not exist; pass an existing TOML file"):
+        load_settings(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[bash\n")
+    with pytest.raises(ConfigError, match=r"not valid TOML"):
+        load_settings(bad)
+
+
+def test_unknown_profile_lists_the_known_ones() -> None:
+    """Asking for a profile that does not exist names the ones that do."""
+    with pytest.raises(ConfigError, match=r"no profile named 'gpu'; known profiles: default"):
+        load_settings().profile("gpu")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(512, 512), ("64k", 65536), ("1g", 1024**3), ("2MiB", 2 * 1024**2)])
+def test_parse_bytes_accepts_numbers_and_units(raw: object, expected: int) -> None:
+    """Sizes are bytes or numbers with binary units."""
+    assert parse_bytes(raw) == expected
+
+
+def test_every_field_has_a_docstring() -> None:
+    """No setting ships without a description (it feeds the README table)."""
+    rows = config_module._rows(Settings, "")
+    assert rows
+    missing = [key for key, _default, description in rows if not description]
+    assert missing == []
+
+
+def test_readme_settings_table_matches_the_model() -> None:
+    """The README's settings table is the one generated from the model (run `just docs` to refresh)."""
+    text = README.read_text(encoding="utf-8")
+    match = re.search(r"<!-- settings-table:start -->\n(.*?)\n<!-- settings-table:end -->", text, re.S)
+    assert match is not None, "README lacks the settings-table markers"
+    assert match.group(1) == settings_table()
+
+
+def test_all_exports_exist() -> None:
+    """Every name in config.__all__ is defined."""
+    for name in config_module.__all__:
+        assert hasattr(config_module, name), name
