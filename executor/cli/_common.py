@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -75,7 +75,7 @@ def progress(message: str, *, json_mode: bool) -> None:
         sys.stderr.flush()
 
 
-def fail(message: str, *, code: int, json_mode: bool, outcome: str = "error") -> typer.Exit:
+def fail(message: str, *, code: int, json_mode: bool, outcome: str = "error") -> NoReturn:
     """Report an error (JSON on stdout under --json, text on stderr otherwise) and exit with ``code``."""
     if json_mode:
         sys.stdout.write(json.dumps({"outcome": outcome, "error": message, "exit_code": code}) + "\n")
