@@ -1,0 +1,99 @@
+"""The bash tool: validate a call, build the exact run, and hand it to the in-container agent.
+
+Each call is a fresh, non-login ``bash -c COMMAND`` (no rc files, no state between calls) in its own process
+group, supervised by the agent: the deadline is enforced inside the container, the whole group is killed with
+SIGTERM then SIGKILL, and what escaped the group is found and listed (see ``executor/sandbox/agent/PROTOCOL.md``).
+
+This module decides nothing about permission (the gate does) and stores nothing (the capture sink does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from executor.config import BashSettings, Profile
+from executor.errors import CommandRejected
+from executor.models import RunSpec
+
+__all__ = ["build_run_spec", "resolve_cwd"]
+
+
+def resolve_cwd(cwd: str | None, profile: Profile) -> str:
+    """The absolute working directory of a call: the workspace by default, relative paths inside it.
+
+    Raises:
+        CommandRejected: the cwd has a NUL or newline.
+    """
+    if cwd is None or cwd == "":
+        return profile.workspace
+    if "\0" in cwd or "\n" in cwd:
+        raise CommandRejected("cwd contains a NUL or newline; pass a plain directory path")
+    if cwd.startswith("/"):
+        return cwd
+    return f"{profile.workspace}/{cwd}"
+
+
+def build_run_spec(
+    command: str,
+    *,
+    settings: BashSettings,
+    profile: Profile,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    timeout_ms: int | None = None,
+    background: bool = False,
+) -> RunSpec:
+    """Validate one bash call and return the exact run the agent will perform.
+
+    Args:
+        command: the command string, run as ``bash -c COMMAND``.
+        settings: the bash section of the settings.
+        profile: the session's profile (workspace, user).
+        cwd: working directory; None means the workspace; relative paths are inside the workspace.
+        env: explicit environment entries; they are merged last and win, even on credential-shaped names.
+        stdin: bytes written to the command's stdin, then closed; None means /dev/null.
+        timeout_ms: per-call deadline; None means ``settings.timeout_ms``. Ignored for background tasks.
+        background: a background task: no deadline applies and orphans are left to the task.
+
+    Raises:
+        CommandRejected: the command is empty or larger than ``max_command_bytes``, the timeout is not positive or
+            above ``max_timeout_ms``, stdin is larger than ``max_stdin_bytes``, or an env name is malformed.
+    """
+    size = len(command.encode("utf-8", "surrogateescape"))
+    if not command.strip():
+        raise CommandRejected("the command is empty; pass the bash command to run")
+    if size > settings.max_command_bytes:
+        raise CommandRejected(
+            f"the command is {size} bytes, above the {settings.max_command_bytes}-byte limit (bash.max_command_bytes); "
+            "write long scripts to a file with write_file and run that file instead"
+        )
+    if "\0" in command:
+        raise CommandRejected("the command contains a NUL byte, which bash cannot receive; remove it")
+    if stdin is not None and len(stdin) > settings.max_stdin_bytes:
+        raise CommandRejected(
+            f"stdin is {len(stdin)} bytes, above the {settings.max_stdin_bytes}-byte limit (bash.max_stdin_bytes)"
+        )
+    for name in env or {}:
+        if not name or "=" in name or "\0" in name:
+            raise CommandRejected(f"environment name {name!r} is malformed; names are non-empty and have no '=' or NUL")
+    deadline: int | None = None
+    if not background:
+        deadline = settings.timeout_ms if timeout_ms is None else timeout_ms
+        if deadline <= 0:
+            raise CommandRejected(f"timeout_ms must be positive, got {deadline}")
+        if deadline > settings.max_timeout_ms:
+            raise CommandRejected(
+                f"timeout_ms {deadline} is above the cap of {settings.max_timeout_ms} ms (bash.max_timeout_ms); "
+                "ask for at most the cap, or run it as a background task"
+            )
+    return RunSpec(
+        command=command,
+        cwd=resolve_cwd(cwd, profile),
+        env=dict(env or {}),
+        stdin=stdin,
+        timeout_ms=deadline,
+        grace_ms=settings.grace_ms,
+        drain_ms=settings.drain_ms,
+        kill_orphans=(settings.orphans == "kill") and not background,
+    )
