@@ -1,1 +1,77 @@
+"""The decision journal: ndjson events per session, an append-only writer and a bounded, pure reader.
 
+See :mod:`executor.journal.events` for the event models, :mod:`executor.journal.writer` for appending and
+:mod:`executor.journal.reader` for reading corrupt or hostile journals safely.
+"""
+
+from __future__ import annotations
+
+from executor.journal.events import (
+    SCHEMA_VERSION,
+    ActionPrepared,
+    ApprovalOutcome,
+    ApprovalRequested,
+    ApprovalResolved,
+    DecisionEvent,
+    EventBase,
+    EventType,
+    ExecutionFinished,
+    ExecutionStarted,
+    FocusDecision,
+    FocusMode,
+    FocusStatus,
+    JournalEvent,
+    JudgmentEvent,
+    ManifestSection,
+    RuleMatch,
+    SectionManifest,
+    SessionClosed,
+    SessionOpened,
+    StaticVerdict,
+    event_adapter,
+)
+from executor.journal.reader import (
+    IssueCode,
+    JournalIssue,
+    JournalRead,
+    JournalRecord,
+    ReadMode,
+    decode_line,
+    read_journal,
+    read_journal_file,
+)
+from executor.journal.writer import JournalWriter
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ActionPrepared",
+    "ApprovalOutcome",
+    "ApprovalRequested",
+    "ApprovalResolved",
+    "DecisionEvent",
+    "EventBase",
+    "EventType",
+    "ExecutionFinished",
+    "ExecutionStarted",
+    "FocusDecision",
+    "FocusMode",
+    "FocusStatus",
+    "IssueCode",
+    "JournalEvent",
+    "JournalIssue",
+    "JournalRead",
+    "JournalRecord",
+    "JournalWriter",
+    "JudgmentEvent",
+    "ManifestSection",
+    "ReadMode",
+    "RuleMatch",
+    "SectionManifest",
+    "SessionClosed",
+    "SessionOpened",
+    "StaticVerdict",
+    "decode_line",
+    "event_adapter",
+    "read_journal",
+    "read_journal_file",
+]

@@ -1,0 +1,328 @@
+"""Read a journal under hard limits; corrupt or hostile lines become line-numbered issues.
+
+Pure: no trio, no docker, nothing executes. The reader takes a binary stream (or a path) and:
+
+* never holds more than ``max_line_bytes + 1`` bytes of one line: a longer line is skipped in bounded chunks
+  and reported (``line_too_long``);
+* measures JSON nesting on the raw bytes before ``json.loads`` sees them, so a 10^5-deep line is refused
+  (``too_deep``) instead of exhausting the parser's recursion;
+* refuses ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow to infinity such as ``1e999``
+  (``non_finite``), and objects with a repeated key (``duplicate_key``);
+* refuses a byte-order mark, CRLF line ends, NUL bytes, invalid UTF-8, a last line without its newline
+  (``truncated``: the writer always ends a line, so a missing newline means the write was cut);
+* refuses unknown event types and schema versions, events that do not validate, a repeated ``event_id`` or
+  ``judgment_id``, and a ``seq`` that does not increase.
+
+``mode="strict"`` raises :class:`JournalCorrupt` at the first issue; ``mode="lenient"`` keeps only complete,
+valid records and returns every issue alongside them.
+
+Line numbers are 1-based and count newline-terminated lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from itertools import accumulate
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from executor.config import JournalSettings
+from executor.errors import JournalCorrupt, JournalError
+from executor.journal.events import SCHEMA_VERSION, EventType, JournalEvent, JudgmentEvent, event_adapter
+
+__all__ = [
+    "IssueCode",
+    "JournalIssue",
+    "JournalRead",
+    "JournalRecord",
+    "ReadMode",
+    "decode_line",
+    "read_journal",
+    "read_journal_file",
+]
+
+IssueCode = Literal[
+    "line_too_long",
+    "truncated",
+    "bom",
+    "crlf",
+    "nul",
+    "not_utf8",
+    "blank",
+    "too_deep",
+    "non_finite",
+    "duplicate_key",
+    "invalid_json",
+    "not_an_object",
+    "missing_field",
+    "unsupported_version",
+    "unknown_type",
+    "invalid_event",
+    "duplicate_event_id",
+    "duplicate_judgment_id",
+    "seq_backwards",
+]
+"""Why a line was refused."""
+
+ReadMode = Literal["strict", "lenient"]
+"""``strict``: raise on the first issue; ``lenient``: collect issues and keep the valid records."""
+
+_ENVELOPE = ("v", "seq", "ts", "session_id", "event_id", "type")
+_EVENT_TYPES: frozenset[str] = frozenset(EventType.__args__)  # type: ignore[attr-defined]  # Literal's members
+_SKIP_CHUNK = 64 * 1024
+# A JSON string, written as an unrolled loop so that the match is linear and never backtracks.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_BOM = b"\xef\xbb\xbf"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class JournalIssue(_Model):
+    """One refused line."""
+
+    line: int
+    """1-based line number."""
+    code: IssueCode
+    """Why it was refused."""
+    message: str
+    """What is wrong, for people."""
+    ref: str | None = None
+    """The id involved, for duplicate ids (the replay treats such an id as ambiguous)."""
+
+
+class JournalRecord(_Model):
+    """One accepted event and the line it came from."""
+
+    line: int
+    """1-based line number."""
+    event: JournalEvent
+    """The validated event."""
+
+
+class JournalRead(_Model):
+    """What a read produced: the accepted records, in file order, and every issue."""
+
+    records: tuple[JournalRecord, ...]
+    """Complete, valid records."""
+    issues: tuple[JournalIssue, ...]
+    """Refused lines, in file order."""
+    lines: int
+    """Lines seen (including refused ones)."""
+
+    @property
+    def events(self) -> tuple[JournalEvent, ...]:
+        """The accepted events, in file order."""
+        return tuple(record.event for record in self.records)
+
+
+class _LineRefused(Exception):
+    def __init__(self, code: IssueCode, message: str, ref: str | None = None) -> None:
+        super().__init__(message)
+        self.code: IssueCode = code
+        self.message = message
+        self.ref = ref
+
+
+def _depth_exceeds(raw: bytes, max_depth: int) -> bool:
+    # Brackets inside strings do not nest; drop strings first, then keep only the brackets.
+    brackets = _JSON_STRING.sub(b'""', raw).translate(None, _NOT_BRACKET)
+    if len(brackets) <= max_depth:
+        return False
+    depth = max(accumulate(1 if byte in b"[{" else -1 for byte in brackets), default=0)
+    return depth > max_depth
+
+
+def _reject_constant(name: str) -> Any:
+    raise _LineRefused("non_finite", f"{name} is not a finite number; journals carry finite numbers only")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _LineRefused("non_finite", f"number {text[:40]} overflows to infinity; journals carry finite numbers")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _LineRefused("duplicate_key", f"key {key[:80]!r} appears twice in one object")
+        result[key] = value
+    return result
+
+
+def decode_line(raw: bytes, *, max_depth: int) -> dict[str, Any]:
+    """Decode one line's bytes (without its newline) into a JSON object, under the depth limit.
+
+    Raises:
+        JournalCorrupt: the bytes are not one finite, duplicate-free JSON object no deeper than ``max_depth``.
+    """
+    try:
+        return _decode(raw, max_depth)
+    except _LineRefused as exc:
+        raise JournalCorrupt(exc.message) from None
+
+
+def _decode(raw: bytes, max_depth: int) -> dict[str, Any]:
+    if raw.startswith(_BOM):
+        raise _LineRefused("bom", "starts with a byte-order mark; journals are UTF-8 without BOM")
+    if raw.endswith(b"\r"):
+        raise _LineRefused("crlf", "ends with CRLF; journals use LF line ends")
+    if b"\x00" in raw:
+        raise _LineRefused("nul", "contains NUL bytes (padding after a crash?)")
+    if not raw.strip():
+        raise _LineRefused("blank", "is blank")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _LineRefused("not_utf8", f"is not UTF-8 (byte {exc.start})") from None
+    if _depth_exceeds(raw, max_depth):
+        raise _LineRefused("too_deep", f"nests deeper than journal.max_depth ({max_depth})")
+    try:
+        value = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
+    except RecursionError:
+        raise _LineRefused("too_deep", "nests too deeply for the parser") from None
+    except ValueError as exc:  # JSONDecodeError, and int() beyond the digit limit
+        raise _LineRefused("invalid_json", f"is not valid JSON ({str(exc)[:120]})") from None
+    if not isinstance(value, dict):
+        raise _LineRefused("not_an_object", "is JSON but not an object")
+    return value
+
+
+def _validate(obj: dict[str, Any]) -> JournalEvent:
+    missing = [key for key in _ENVELOPE if key not in obj]
+    if missing:
+        raise _LineRefused("missing_field", f"lacks envelope field(s) {', '.join(missing)}")
+    if obj["v"] != SCHEMA_VERSION:
+        raise _LineRefused(
+            "unsupported_version", f"has schema version {str(obj['v'])[:20]}; this reader knows {SCHEMA_VERSION}"
+        )
+    kind = obj["type"]
+    if not isinstance(kind, str) or kind not in _EVENT_TYPES:
+        raise _LineRefused("unknown_type", f"has unknown event type {str(kind)[:40]!r}")
+    if not obj["session_id"]:
+        raise _LineRefused("missing_field", "has an empty session_id")
+    try:
+        event: JournalEvent = event_adapter.validate_python(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"][1:]) or "(event)"
+        raise _LineRefused(
+            "invalid_event", f"is not a valid {kind} event: {where}: {first['msg']} ({exc.error_count()} error(s))"
+        ) from None
+    return event
+
+
+def _lines(stream: IO[bytes], max_line_bytes: int) -> Iterator[tuple[int, bytes | None, bool]]:
+    """Yield (line number, bytes without newline or None when too long, terminated)."""
+    number = 0
+    while True:
+        raw = stream.readline(max_line_bytes + 1)
+        if not raw:
+            return
+        number += 1
+        if raw.endswith(b"\n"):
+            yield number, raw[:-1], True
+            continue
+        if len(raw) <= max_line_bytes:
+            yield number, raw, False  # EOF without a newline
+            return
+        # Longer than the limit: skip the rest of it in bounded chunks, never holding it whole.
+        while True:
+            chunk = stream.readline(_SKIP_CHUNK)
+            if not chunk or chunk.endswith(b"\n"):
+                break
+        yield number, None, True
+
+
+def read_journal(
+    stream: IO[bytes],
+    *,
+    settings: JournalSettings,
+    mode: ReadMode = "lenient",
+) -> JournalRead:
+    """Read a journal from a binary stream.
+
+    Args:
+        stream: the journal's bytes, read line by line.
+        settings: the journal section (``max_line_bytes``, ``max_depth``).
+        mode: ``strict`` raises on the first issue, ``lenient`` collects them.
+
+    Raises:
+        JournalCorrupt: strict mode only; the message starts with ``journal line N:``.
+    """
+    records: list[JournalRecord] = []
+    issues: list[JournalIssue] = []
+    event_ids: dict[str, int] = {}
+    judgment_ids: dict[str, int] = {}
+    last_seq: int | None = None
+    lines = 0
+    for number, raw, terminated in _lines(stream, settings.max_line_bytes):
+        lines = number
+        try:
+            if raw is None:
+                raise _LineRefused(
+                    "line_too_long", f"is longer than journal.max_line_bytes ({settings.max_line_bytes} bytes)"
+                )
+            if not terminated:
+                if b"\x00" in raw:
+                    raise _LineRefused("nul", "contains NUL bytes and no final newline (padding after a crash?)")
+                raise _LineRefused("truncated", "is the last line and has no newline: the write was cut")
+            event = _validate(_decode(raw, settings.max_depth))
+            if event.event_id in event_ids:
+                raise _LineRefused(
+                    "duplicate_event_id",
+                    f"repeats event_id {event.event_id!r} of line {event_ids[event.event_id]}",
+                    ref=event.event_id,
+                )
+            if last_seq is not None and event.seq <= last_seq:
+                raise _LineRefused("seq_backwards", f"has seq {event.seq}, not after the previous seq {last_seq}")
+            if isinstance(event, JudgmentEvent):
+                if event.judgment_id in judgment_ids:
+                    raise _LineRefused(
+                        "duplicate_judgment_id",
+                        f"repeats judgment_id {event.judgment_id!r} of line {judgment_ids[event.judgment_id]}",
+                        ref=event.judgment_id,
+                    )
+                judgment_ids[event.judgment_id] = number
+        except _LineRefused as exc:
+            issue = JournalIssue(
+                line=number, code=exc.code, message=f"journal line {number} {exc.message}", ref=exc.ref
+            )
+            if mode == "strict":
+                raise JournalCorrupt(issue.message) from None
+            issues.append(issue)
+            continue
+        event_ids[event.event_id] = number
+        last_seq = event.seq
+        records.append(JournalRecord(line=number, event=event))
+    return JournalRead(records=tuple(records), issues=tuple(issues), lines=lines)
+
+
+def read_journal_file(path: Path, *, settings: JournalSettings, mode: ReadMode = "lenient") -> JournalRead:
+    """Read the journal at ``path`` (see :func:`read_journal`).
+
+    Raises:
+        JournalError: the file cannot be opened (the message names it).
+        JournalCorrupt: strict mode only, at the first refused line.
+    """
+    try:
+        stream = path.open("rb")
+    except OSError as exc:
+        raise JournalError(f"cannot open journal {path}: {exc.strerror or exc}; pass an existing journal file") from exc
+    with stream:
+        return read_journal(stream, settings=settings, mode=mode)

@@ -1,0 +1,11 @@
+"""The journal package's public names."""
+
+from __future__ import annotations
+
+import executor.journal as journal
+
+
+def test_all_names_exist_and_are_sorted() -> None:
+    """Every name in __all__ is importable from executor.journal, and the list is sorted and unique."""
+    assert all(hasattr(journal, name) for name in journal.__all__)
+    assert list(journal.__all__) == sorted(set(journal.__all__))

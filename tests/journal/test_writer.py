@@ -1,0 +1,167 @@
+"""The journal writer: append-only ndjson, writer-assigned seq, fsync by policy, never a line a reader refuses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from executor.config import JournalSettings
+from executor.errors import JournalError
+from executor.journal.events import DecisionEvent, JudgmentEvent, SessionClosed, SessionOpened
+from executor.journal.reader import read_journal_file
+from executor.journal.writer import JournalWriter
+from tests.journal.helpers import SESSION, decision, judgment, prepared
+
+
+class FsyncCounter:
+    """Counts real fsync calls by descriptor kind (file or folder) and performs them."""
+
+    def __init__(self) -> None:
+        self.files = 0
+        self.folders = 0
+
+    def __call__(self, fd: int) -> None:
+        if Path(f"/proc/self/fd/{fd}").is_dir():
+            self.folders += 1
+        else:
+            self.files += 1
+        os.fsync(fd)
+
+
+def _journal(tmp_path: Path) -> Path:
+    return tmp_path / "sessions" / SESSION / "journal.ndjson"
+
+
+def _write_three(path: Path, fsync: str, counter: FsyncCounter) -> None:
+    settings = JournalSettings.model_validate({"fsync": fsync})
+    with JournalWriter(path, session_id=SESSION, settings=settings, fsync=counter) as journal:
+        journal.emit(SessionOpened())
+        journal.emit(prepared("a1", "ls"))
+        journal.emit(SessionClosed())
+        during = (counter.files, counter.folders)
+    assert during[0] == (3 if fsync == "always" else 0)
+
+
+def test_emit_stamps_seq_and_session_and_appends_one_line_per_event(tmp_path: Path) -> None:
+    """Each event becomes one line with writer-assigned seq 1..N and the writer's session id."""
+    path = _journal(tmp_path)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings()) as journal:
+        written = journal.emit(decision("a1", "ask", judgment_ids=("j1",)).model_copy(update={"seq": 99}))
+        journal.emit(judgment("j1", "a1", {"risk": 2}))
+    assert isinstance(written, DecisionEvent)
+    assert (written.seq, written.session_id) == (1, SESSION)
+    data = path.read_bytes()
+    assert data.count(b"\n") == 2 and data.endswith(b"\n")
+    result = read_journal_file(path, settings=JournalSettings(), mode="strict")
+    assert [(e.seq, e.session_id, e.type) for e in result.events] == [
+        (1, SESSION, "decision"),
+        (2, SESSION, "judgment"),
+    ]
+    assert isinstance(result.events[1], JudgmentEvent)
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_fsync_always_syncs_after_every_event(tmp_path: Path) -> None:
+    """fsync=always syncs the file once per event (and the new file's folder once)."""
+    counter = FsyncCounter()
+    _write_three(_journal(tmp_path), "always", counter)
+    assert (counter.files, counter.folders) == (3, 1)
+
+
+def test_fsync_close_syncs_once_when_closing(tmp_path: Path) -> None:
+    """fsync=close syncs the file only when the writer closes."""
+    counter = FsyncCounter()
+    _write_three(_journal(tmp_path), "close", counter)
+    assert (counter.files, counter.folders) == (1, 1)
+
+
+def test_fsync_never_never_syncs(tmp_path: Path) -> None:
+    """fsync=never makes no fsync call at all."""
+    counter = FsyncCounter()
+    _write_three(_journal(tmp_path), "never", counter)
+    assert (counter.files, counter.folders) == (0, 0)
+
+
+def test_reopening_continues_seq_and_never_rewrites_earlier_lines(tmp_path: Path) -> None:
+    """A second writer on the same file appends after the highest seq and leaves earlier bytes untouched."""
+    path = _journal(tmp_path)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings()) as journal:
+        journal.emit(SessionOpened())
+        journal.emit(SessionClosed())
+    before = path.read_bytes()
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings()) as journal:
+        again = journal.emit(SessionOpened())
+    assert again.seq == 3
+    assert path.read_bytes().startswith(before)
+
+
+def test_reopening_after_a_cut_line_keeps_new_events_whole(tmp_path: Path) -> None:
+    """After a crash mid-line the next writer ends the cut line first, so only that line is refused."""
+    path = _journal(tmp_path)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings()) as journal:
+        journal.emit(SessionOpened())
+    with path.open("ab") as raw:
+        raw.write(b'{"v": 1, "seq": 2, "ty')
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings()) as journal:
+        journal.emit(SessionClosed())
+    result = read_journal_file(path, settings=JournalSettings())
+    assert [(i.line, i.code) for i in result.issues] == [(2, "invalid_json")]
+    assert [(r.line, r.event.type, r.event.seq) for r in result.records] == [
+        (1, "session_opened", 1),
+        (3, "session_closed", 2),
+    ]
+
+
+def test_an_event_of_another_session_is_refused(tmp_path: Path) -> None:
+    """An event already stamped with another session id cannot enter this journal."""
+    with (
+        JournalWriter(_journal(tmp_path), session_id=SESSION, settings=JournalSettings()) as journal,
+        pytest.raises(JournalError, match=r"^event for session 'other' cannot go into the journal of 's1'"),
+    ):
+        journal.emit(SessionOpened(session_id="other"))
+
+
+def test_a_line_over_max_line_bytes_is_refused_and_not_written(tmp_path: Path) -> None:
+    """An event whose line would exceed max_line_bytes raises and leaves the file unchanged."""
+    path = _journal(tmp_path)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(max_line_bytes=1024)) as journal:
+        journal.emit(SessionOpened())
+        size = path.stat().st_size
+        with pytest.raises(JournalError, match=r"^session_closed event is \d+ bytes, over journal\.max_line_bytes"):
+            journal.emit(SessionClosed(reason="x" * 2000))
+        assert journal.emit(SessionClosed()).seq == 2
+    assert path.stat().st_size > size
+
+
+def test_material_deeper_than_max_depth_is_refused(tmp_path: Path) -> None:
+    """A judgment whose material nests past max_depth raises instead of writing an unreadable line."""
+    deep: object = 1
+    for _ in range(10):
+        deep = [deep]
+    with (
+        JournalWriter(_journal(tmp_path), session_id=SESSION, settings=JournalSettings(max_depth=8)) as journal,
+        pytest.raises(JournalError, match=r"^judgment event would be refused by a reader: nests deeper"),
+    ):
+        journal.emit(judgment("j1", "a1", {"risk": 1}, material={"x": deep}))
+
+
+def test_emit_outside_the_context_is_refused(tmp_path: Path) -> None:
+    """Emitting before open or after close raises JournalError; a writer opens once."""
+    writer = JournalWriter(_journal(tmp_path), session_id=SESSION, settings=JournalSettings())
+    with pytest.raises(JournalError, match=r"is not open"):
+        writer.emit(SessionOpened())
+    with writer:
+        pass
+    with pytest.raises(JournalError, match=r"is not open"):
+        writer.emit(SessionOpened())
+    with pytest.raises(JournalError, match=r"already opened"):
+        writer.open()
+
+
+def test_non_finite_numbers_cannot_be_built() -> None:
+    """An event carrying NaN does not validate, so it can never reach the file."""
+    with pytest.raises(ValueError, match="finite"):
+        SessionOpened(ts=float("nan"))
