@@ -227,8 +227,9 @@ def test_read_journal_file_reads_and_names_a_missing_file(tmp_path: Path) -> Non
 
 
 def _line_of_size(size: int) -> bytes:
-    bare = line(SessionClosed(reason=""), 1)
-    return line(SessionClosed(reason="r" * (size - len(bare) + 1)), 1)
+    # A fixed ts and event_id keep the line's length independent of the clock.
+    bare = line(SessionClosed(ts=1.5, event_id="e1", reason=""), 1)
+    return line(SessionClosed(ts=1.5, event_id="e1", reason="r" * (size - len(bare) + 1)), 1)
 
 
 def test_max_line_bytes_bounds_the_line_without_its_newline() -> None:
