@@ -93,6 +93,9 @@ class DockerSettings(_Section):
     """Wait between two attempts of an idempotent engine call, in seconds."""
     stop_timeout_s: int = Field(2, ge=0, le=300)
     """Seconds a session container gets between SIGTERM and SIGKILL when it is stopped."""
+    gc_min_age_s: float = Field(300.0, ge=0, le=30 * 86_400.0)
+    """Age (from the ``executor.created`` label) a Created container or an orphaned volume must reach before
+    ``gc`` reaps it, so that a session another process is opening right now is left alone."""
 
 
 class ImageSettings(_Section):
@@ -107,6 +110,8 @@ class ImageSettings(_Section):
     """Debian suite to bootstrap; unset means the host's own release codename."""
     try_pull: bool = True
     """Try to pull a missing base image before bootstrapping it."""
+    pull_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """Upper bound of one pull attempt, in seconds; past it the pull is abandoned (then bootstrapped)."""
     build_timeout_s: float = Field(1800.0, gt=0, le=7200)
     """Upper bound for bootstrapping and building one image, in seconds."""
 

@@ -1,1 +1,28 @@
+"""The Docker backend: the only package that imports ``docker``.
 
+Public: :class:`DockerBackend`, the hardening constants and :func:`container_kwargs`, and the image functions.
+"""
+
+from executor.sandbox.docker._engine import DockerEngine
+from executor.sandbox.docker.backend import DockerBackend
+from executor.sandbox.docker.hardening import AGENT_CAPS, container_kwargs, pinned_seccomp
+from executor.sandbox.docker.images import (
+    ImageBuildResult,
+    ImageInfo,
+    build_image,
+    ensure_image,
+    list_images,
+)
+
+__all__ = [
+    "AGENT_CAPS",
+    "DockerBackend",
+    "DockerEngine",
+    "ImageBuildResult",
+    "ImageInfo",
+    "build_image",
+    "container_kwargs",
+    "ensure_image",
+    "list_images",
+    "pinned_seccomp",
+]

@@ -1,0 +1,410 @@
+"""The Docker backend: hardened session containers on a local or remote engine."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from executor.config import Profile, Settings
+from executor.errors import AgentError, EngineError, SandboxLost, SessionNotFound
+from executor.sandbox.base import (
+    Backend,
+    ContainerState,
+    SessionInfo,
+    SessionStatus,
+    new_session_id,
+    validate_session_id,
+    validate_session_name,
+)
+from executor.sandbox.docker._agent import agent_binary
+from executor.sandbox.docker._bridge import open_exec_stream
+from executor.sandbox.docker._engine import DockerEngine
+from executor.sandbox.docker.hardening import (
+    AGENT_PATH,
+    AGENT_SOCKET,
+    LABEL_CREATED,
+    LABEL_NAME,
+    LABEL_OWNER,
+    LABEL_PROFILE,
+    LABEL_SESSION,
+    LABEL_TRANSPORT,
+    Transport,
+    container_kwargs,
+    container_name,
+    volume_name,
+)
+from executor.sandbox.docker.images import ensure_agent_image, ensure_image
+
+__all__ = ["DockerBackend"]
+
+_SOCKET_NAME: Final = "agent.sock"
+# sun_path holds 108 bytes; longer host paths are reached through /proc/self/fd/<dirfd>/agent.sock.
+_SUN_PATH_MAX: Final = 100
+_CLEANUP_BUDGET_S: Final = 15.0
+_SESSION_LABELS: Final = frozenset(
+    {LABEL_OWNER, LABEL_SESSION, LABEL_CREATED, LABEL_PROFILE, LABEL_NAME, LABEL_TRANSPORT}
+)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _parse_created(value: str | None) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value or "")
+    except ValueError:
+        return datetime.fromtimestamp(0, UTC)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _info(container_id: str, image: str, state: str, labels: dict[str, str]) -> SessionInfo:
+    known: tuple[ContainerState, ...] = ("created", "running", "paused", "restarting", "removing", "exited", "dead")
+    transport = labels.get(LABEL_TRANSPORT)
+    return SessionInfo(
+        id=labels[LABEL_SESSION],
+        name=labels.get(LABEL_NAME) or None,
+        container_id=container_id,
+        image=image,
+        profile=labels.get(LABEL_PROFILE, ""),
+        state=next((s for s in known if s == state), "dead"),
+        created_at=_parse_created(labels.get(LABEL_CREATED)),
+        owner=labels.get(LABEL_OWNER) or None,
+        transport="exec" if transport == "exec" else "socket",
+        labels={key: value for key, value in labels.items() if key in _SESSION_LABELS},
+    )
+
+
+def _ours(labels: dict[str, str] | None) -> bool:
+    if not labels:
+        return False
+    try:
+        validate_session_id(labels.get(LABEL_SESSION, ""))
+    except SessionNotFound:
+        return False
+    return True
+
+
+class DockerBackend(Backend):
+    """Sessions as hardened containers on a Docker engine (see :mod:`executor.sandbox.docker.hardening`).
+
+    Build it with :meth:`create` (or :func:`executor.sandbox.base.open_backend`) and close it with :meth:`aclose`.
+    """
+
+    def __init__(self, engine: DockerEngine, settings: Settings) -> None:
+        self.engine = engine
+        """The engine connection (threads, retries, error mapping)."""
+        self.settings = settings
+        """The whole settings object (docker, images, agent sections and the home folder)."""
+
+    @classmethod
+    async def create(cls, settings: Settings) -> DockerBackend:
+        """Connect to the configured engine.
+
+        Raises:
+            EngineUnavailable: no engine answers; the message says how to start one.
+        """
+        return cls(await DockerEngine.connect(settings.docker), settings)
+
+    @property
+    def transport(self) -> Transport:
+        """How new sessions are reached: ``socket`` needs a local engine; ``exec`` works with any."""
+        chosen = self.settings.agent.transport
+        if chosen == "auto":
+            return "socket" if self.engine.is_local else "exec"
+        if chosen == "socket" and not self.engine.is_local:
+            raise AgentError("agent.transport 'socket' needs a local (unix://) engine; use 'exec' or 'auto'")
+        return chosen
+
+    def _run_dir(self, session_id: str) -> Path:
+        return self.settings.home / "run" / validate_session_id(session_id)
+
+    async def open_session(
+        self,
+        *,
+        profile: Profile,
+        profile_name: str,
+        name: str | None = None,
+        owner: str | None = None,
+    ) -> SessionInfo:
+        """See :meth:`Backend.open_session`."""
+        if name is not None:
+            validate_session_name(name)
+            live = [s for s in await self.list_sessions() if s.name == name and s.state != "exited"]
+            if live:
+                raise ValueError(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
+        transport = self.transport
+        session_id = new_session_id()
+        image = await ensure_image(self.engine, self.settings.images, profile.image)
+        binary = await agent_binary(self.settings)
+        if transport == "exec":
+            image = await ensure_agent_image(self.engine, image, binary)
+        labels = {
+            LABEL_OWNER: owner or "",
+            LABEL_SESSION: session_id,
+            LABEL_CREATED: _now().isoformat(timespec="seconds"),
+            LABEL_PROFILE: profile_name,
+            LABEL_NAME: name or "",
+            LABEL_TRANSPORT: transport,
+        }
+        run_dir: Path | None = None
+        try:
+            if transport == "socket":
+                run_dir = self._run_dir(session_id)
+                await trio.to_thread.run_sync(_make_private_dir, run_dir)
+            await self.engine.call(
+                lambda: self.engine.client.api.create_volume(name=volume_name(session_id), labels=labels),
+                what=f"create volume for {session_id}",
+                idempotent=False,
+            )
+            kwargs = container_kwargs(
+                profile=profile,
+                agent=self.settings.agent,
+                image=image,
+                session_id=session_id,
+                labels=labels,
+                transport=transport,
+                agent_host_path=binary if transport == "socket" else None,
+                run_host_dir=run_dir,
+            )
+            container = await self.engine.call(
+                lambda: self.engine.client.containers.create(**kwargs),
+                what=f"create container for {session_id}",
+                idempotent=False,
+            )
+            await self.engine.call(container.start, what=f"start {session_id}", idempotent=False)
+            await self._wait_ready(session_id, transport)
+            return await self.find_session(session_id)
+        except BaseException:
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
+                await self._remove(session_id, graceful=False)
+            raise
+
+    async def _wait_ready(self, session_id: str, transport: Transport) -> None:
+        timeout = self.settings.agent.connect_timeout_s
+        with trio.move_on_after(timeout):
+            delay = 0.005
+            next_check = trio.current_time()
+            while True:
+                if await self._probe(session_id, transport):
+                    return
+                if trio.current_time() >= next_check:
+                    state = await self._state(session_id)
+                    if state is None or state.get("Status") != "running":
+                        code = None if state is None else state.get("ExitCode")
+                        raise AgentError(
+                            f"the agent of {session_id} exited during startup (exit code {code}); "
+                            "check that the image runs the agent (a Linux image of the host's architecture)"
+                        )
+                    next_check = trio.current_time() + 0.25
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        raise AgentError(
+            f"the agent of {session_id} did not accept a connection within agent.connect_timeout_s={timeout:g}s"
+        )
+
+    async def _probe(self, session_id: str, transport: Transport) -> bool:
+        if transport == "socket":
+            try:
+                stream = await self._open_socket(session_id)
+            except OSError:
+                return False
+            await stream.aclose()
+            return True
+        name = container_name(session_id)
+
+        def check() -> int | None:
+            api = self.engine.client.api
+            created = api.exec_create(name, [AGENT_PATH, "bridge", "--connect", AGENT_SOCKET, "--check"], user="0:0")
+            exec_id = str(created["Id"])
+            api.exec_start(exec_id)
+            code: int | None = api.exec_inspect(exec_id).get("ExitCode")
+            return code
+
+        try:
+            return await self.engine.call(check, what=f"probe the agent of {session_id}", idempotent=False) == 0
+        except EngineError:
+            return False
+
+    async def _open_socket(self, session_id: str) -> trio.SocketStream:
+        run_dir = self._run_dir(session_id)
+        path = run_dir / _SOCKET_NAME
+        if len(str(path)) <= _SUN_PATH_MAX:
+            return await trio.open_unix_socket(str(path))
+        fd = os.open(run_dir, os.O_PATH | os.O_DIRECTORY)
+        try:
+            return await trio.open_unix_socket(f"/proc/self/fd/{fd}/{_SOCKET_NAME}")
+        finally:
+            os.close(fd)
+
+    async def _state(self, session_id: str) -> dict[str, Any] | None:
+        name = container_name(validate_session_id(session_id))
+        try:
+            data: dict[str, Any] = await self.engine.call(
+                lambda: self.engine.client.api.inspect_container(name), what=f"inspect {name}", idempotent=True
+            )
+        except SessionNotFound:
+            return None
+        if not _ours((data.get("Config") or {}).get("Labels")):
+            return None
+        state: dict[str, Any] = data.get("State") or {}
+        return state
+
+    async def connect(self, session_id: str) -> trio.abc.HalfCloseableStream:
+        """See :meth:`Backend.connect`."""
+        info = await self.find_session(session_id)
+        if info.state != "running":
+            raise SandboxLost(f"session {session_id} is {info.state}; start a new one")
+        if info.transport == "socket":
+            try:
+                return await self._open_socket(session_id)
+            except OSError as exc:
+                if await self.status(session_id) != "running":
+                    raise SandboxLost(f"session {session_id} went away") from exc
+                reason = errno.errorcode.get(exc.errno or 0, str(exc))
+                raise AgentError(f"the agent of {session_id} refused the connection ({reason})") from exc
+        name = container_name(session_id)
+
+        def create_exec() -> str:
+            created = self.engine.client.api.exec_create(
+                name,
+                [AGENT_PATH, "bridge", "--connect", AGENT_SOCKET],
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                user="0:0",
+            )
+            return str(created["Id"])
+
+        try:
+            exec_id = await self.engine.call(create_exec, what=f"exec bridge into {name}", idempotent=False)
+        except SessionNotFound as exc:
+            raise SandboxLost(f"session {session_id} went away") from exc
+        return await open_exec_stream(self.settings.docker.base_url, self.engine.api_version, exec_id)
+
+    async def status(self, session_id: str) -> SessionStatus:
+        """See :meth:`Backend.status`."""
+        state = await self._state(session_id)
+        if state is None:
+            return "missing"
+        return "running" if state.get("Running") else "exited"
+
+    async def stop_session(self, session_id: str) -> None:
+        """See :meth:`Backend.stop_session`."""
+        validate_session_id(session_id)
+        await self._remove(session_id, graceful=True)
+
+    async def _remove(self, session_id: str, *, graceful: bool) -> None:
+        name = container_name(session_id)
+        api = self.engine.client.api
+        state = await self._state(session_id)
+        if state is not None:
+            if graceful and state.get("Running"):
+                try:
+                    timeout = self.settings.docker.stop_timeout_s
+                    await self.engine.call(
+                        lambda: api.stop(name, timeout=timeout), what=f"stop {name}", idempotent=True
+                    )
+                except (SessionNotFound, EngineError):
+                    pass  # force removal below settles it
+            await _ignore_missing(
+                self.engine.call(lambda: api.remove_container(name, force=True), what=f"remove {name}", idempotent=True)
+            )
+        volume = volume_name(session_id)
+        await _ignore_missing(
+            self.engine.call(lambda: api.remove_volume(volume, force=True), what=f"remove {volume}", idempotent=True)
+        )
+        if self.engine.is_local:
+            await trio.to_thread.run_sync(shutil.rmtree, self._run_dir(session_id), True)
+
+    async def _rows(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self.engine.call(
+            lambda: self.engine.client.api.containers(all=True, filters={"label": LABEL_SESSION}),
+            what="list session containers",
+            idempotent=True,
+        )
+        return [row for row in rows if _ours(row.get("Labels"))]
+
+    async def list_sessions(self, *, owner: str | None = None) -> list[SessionInfo]:
+        """See :meth:`Backend.list_sessions`."""
+        infos = [
+            _info(row["Id"], row.get("Image", ""), row.get("State", ""), row["Labels"]) for row in await self._rows()
+        ]
+        if owner is not None:
+            infos = [info for info in infos if info.owner == owner]
+        return sorted(infos, key=lambda info: (info.created_at, info.id))
+
+    async def find_session(self, id_or_name: str) -> SessionInfo:
+        """See :meth:`Backend.find_session`."""
+        key = LABEL_SESSION
+        try:
+            validate_session_id(id_or_name)
+        except SessionNotFound:
+            key = LABEL_NAME
+        for info in await self.list_sessions():
+            if (info.id if key == LABEL_SESSION else info.name) == id_or_name:
+                return info
+        raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists them")
+
+    async def gc(self) -> list[str]:
+        """See :meth:`Backend.gc`."""
+        removed: list[str] = []
+        min_age = self.settings.docker.gc_min_age_s
+        now = _now()
+        live: set[str] = set()
+        for row in await self._rows():
+            labels: dict[str, str] = row["Labels"]
+            session_id = labels[LABEL_SESSION]
+            state = row.get("State", "")
+            age = (now - _parse_created(labels.get(LABEL_CREATED))).total_seconds()
+            reap = state in ("exited", "dead") or (state == "created" and age >= min_age)
+            if not reap:
+                live.add(session_id)
+                continue
+            await self._remove(session_id, graceful=False)
+            removed.append(container_name(session_id))
+        answer: dict[str, Any] = await self.engine.call(
+            lambda: self.engine.client.api.volumes(filters={"label": LABEL_SESSION}),
+            what="list session volumes",
+            idempotent=True,
+        )
+        for volume in answer.get("Volumes") or []:
+            labels = volume.get("Labels") or {}
+            if not _ours(labels) or labels[LABEL_SESSION] in live:
+                continue
+            if volume.get("Name") != volume_name(labels[LABEL_SESSION]):
+                continue
+            age = (now - _parse_created(labels.get(LABEL_CREATED))).total_seconds()
+            if age < min_age:
+                continue
+            await self._remove(labels[LABEL_SESSION], graceful=False)
+            removed.append(str(volume["Name"]))
+        return removed
+
+    async def aclose(self) -> None:
+        """See :meth:`Backend.aclose`."""
+        await self.engine.aclose()
+
+
+async def _ignore_missing(call: Any) -> None:
+    try:
+        await call
+    except SessionNotFound:
+        pass
+    except EngineError as exc:
+        # 409 "removal already in progress" means another caller is doing our job.
+        if "in progress" not in str(exc) and "is already" not in str(exc):
+            raise
+
+
+def _make_private_dir(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, exist_ok=True)
+    path.chmod(0o700)

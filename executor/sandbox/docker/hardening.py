@@ -1,0 +1,190 @@
+"""The hardened container a session runs in, derived from a Profile (research/security.md section 0).
+
+Pure: builds docker-py ``containers.create`` keyword arguments and nothing else, so the defaults can be read in
+one place and checked against ``docker inspect`` by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from docker.types import LogConfig, Mount, Ulimit
+
+from executor.config import AgentSettings, Profile
+
+__all__ = [
+    "AGENT_CAPS",
+    "AGENT_PATH",
+    "AGENT_SOCKET",
+    "LABEL_CREATED",
+    "LABEL_NAME",
+    "LABEL_OWNER",
+    "LABEL_PROFILE",
+    "LABEL_SESSION",
+    "LABEL_TRANSPORT",
+    "RUN_DIR",
+    "RUN_TMPFS_BYTES",
+    "STATE_DIR",
+    "Transport",
+    "agent_command",
+    "container_kwargs",
+    "container_name",
+    "pinned_seccomp",
+    "volume_name",
+]
+
+Transport = Literal["socket", "exec"]
+
+AGENT_CAPS: Final[tuple[str, ...]] = ("KILL", "SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE")
+"""The only capabilities a session keeps (everything else is dropped). The agent (PID 1, root without other caps)
+needs KILL to signal the session user's processes, SETUID/SETGID to drop to that user, CHOWN and DAC_OVERRIDE to
+stage writes as that user and to reach its socket folder. Commands themselves run with none (their uid is not 0)."""
+
+AGENT_PATH: Final = "/.executor/agent"
+"""Where the agent binary sits in every session container."""
+RUN_DIR: Final = "/.executor/run"
+"""The agent's socket folder: a host folder (socket transport) or a small tmpfs (exec transport)."""
+AGENT_SOCKET: Final = RUN_DIR + "/agent.sock"
+"""The agent's listening socket inside the container."""
+STATE_DIR: Final = "/.executor/state"
+"""The agent's private tmpfs (root only, mode 0700)."""
+RUN_TMPFS_BYTES: Final = 1024 * 1024
+"""Size of the run-folder tmpfs under the exec transport (it holds one socket)."""
+
+LABEL_OWNER: Final = "executor.owner"
+LABEL_SESSION: Final = "executor.session"
+LABEL_CREATED: Final = "executor.created"
+LABEL_PROFILE: Final = "executor.profile"
+LABEL_NAME: Final = "executor.name"
+LABEL_TRANSPORT: Final = "executor.transport"
+
+
+def container_name(session_id: str) -> str:
+    """The container of a session (the id is validated by the caller)."""
+    return f"executor-{session_id}"
+
+
+def volume_name(session_id: str) -> str:
+    """The workspace volume of a session."""
+    return f"executor-{session_id}-workspace"
+
+
+@cache
+def pinned_seccomp() -> str:
+    """The shipped seccomp profile as compact JSON, ready for ``seccomp=<json>``.
+
+    Passed inline: a path given through the SDK fails only at start and leaves a Created container behind.
+    """
+    text = resources.files("executor.sandbox.docker").joinpath("seccomp.json").read_text(encoding="utf-8")
+    return json.dumps(json.loads(text), separators=(",", ":"))
+
+
+def agent_command(profile: Profile, agent: AgentSettings) -> list[str]:
+    """The container's entrypoint: the agent as PID 1, told where everything is."""
+    return [
+        AGENT_PATH,
+        "init",
+        "--listen",
+        AGENT_SOCKET,
+        "--uid",
+        str(profile.uid),
+        "--gid",
+        str(profile.gid),
+        "--workspace",
+        profile.workspace,
+        "--home",
+        profile.home,
+        "--state-dir",
+        STATE_DIR,
+        "--detached-buffer",
+        str(agent.detached_buffer_bytes),
+        "--max-frame",
+        str(agent.max_frame_bytes),
+    ]
+
+
+def container_kwargs(
+    *,
+    profile: Profile,
+    agent: AgentSettings,
+    image: str,
+    session_id: str,
+    labels: dict[str, str],
+    transport: Transport,
+    agent_host_path: Path | None,
+    run_host_dir: Path | None,
+) -> dict[str, Any]:
+    """Keyword arguments for docker-py ``containers.create`` of one session.
+
+    Args:
+        profile: limits and hardening (already validated: no privileged mode, host namespaces, devices or sockets).
+        agent: the agent section (frame and buffer sizes, private tmpfs size).
+        image: the image to run (for the exec transport, the derived image that carries the agent).
+        session_id: the validated session id.
+        labels: ownership labels (owner, session, created, profile, name).
+        transport: ``socket`` bind-mounts the agent and a host run folder; ``exec`` mounts nothing from the host.
+        agent_host_path: the agent binary on the host (socket transport only).
+        run_host_dir: the host folder that receives the agent's socket (socket transport only).
+    """
+    tmpfs = {
+        "/tmp": f"size={profile.tmp_size},mode=1777,nosuid,nodev",
+        profile.home: f"size={profile.home_size},uid={profile.uid},gid={profile.gid},mode=0700,nosuid,nodev",
+        STATE_DIR: f"size={agent.private_tmpfs_bytes},mode=0700,nosuid,nodev,noexec",
+    }
+    mounts = [Mount(target=profile.workspace, source=volume_name(session_id), type="volume")]
+    mounts += [Mount(target=target, source=source, type="volume") for source, target in profile.volumes.items()]
+    if transport == "socket":
+        if agent_host_path is None or run_host_dir is None:
+            raise ValueError("the socket transport needs the agent's host path and the host run folder")
+        mounts.append(Mount(target=AGENT_PATH, source=str(agent_host_path), type="bind", read_only=True))
+        mounts.append(Mount(target=RUN_DIR, source=str(run_host_dir), type="bind"))
+    else:
+        tmpfs[RUN_DIR] = f"size={RUN_TMPFS_BYTES},mode=0700,nosuid,nodev,noexec"
+    security_opt = ["no-new-privileges"]
+    if profile.seccomp == "pinned":
+        security_opt.append("seccomp=" + pinned_seccomp())
+    if profile.log_driver == "none":
+        log_config = LogConfig(type="none")
+    else:
+        log_config = LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"})
+    environment = {**profile.env, "HOME": profile.home}
+    return {
+        "image": image,
+        "name": container_name(session_id),
+        "entrypoint": agent_command(profile, agent),
+        "command": [],
+        # The agent is PID 1 and root (it drops to the session user for every command); docker's own init
+        # would sit between it and the orphans it must see.
+        "user": "0:0",
+        "init": False,
+        "working_dir": profile.workspace,
+        "hostname": session_id,
+        "environment": environment,
+        "labels": labels,
+        "detach": True,
+        "network_mode": profile.network,
+        "cap_drop": ["ALL"],
+        "cap_add": list(AGENT_CAPS),
+        "security_opt": security_opt,
+        "privileged": False,
+        "read_only": profile.read_only_root,
+        "tmpfs": tmpfs,
+        "mounts": mounts,
+        "shm_size": profile.shm_size,
+        "pids_limit": profile.pids,
+        "mem_limit": profile.memory,
+        "memswap_limit": profile.memory,
+        "nano_cpus": int(profile.cpus * 1_000_000_000),
+        "ulimits": [
+            Ulimit(name="fsize", soft=profile.file_size, hard=profile.file_size),
+            Ulimit(name="nofile", soft=profile.nofile, hard=profile.nofile),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        "log_config": log_config,
+        "restart_policy": {"Name": "no"},
+        "stop_signal": "SIGTERM",
+    }
