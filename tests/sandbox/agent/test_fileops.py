@@ -1,0 +1,517 @@
+"""The agent's file operations (fileops.c), run as real processes on real files on the host.
+
+The C source is compiled here with a tiny ``main`` (``-DFILEOPS_STANDALONE``): once statically, as shipped, and
+once with AddressSanitizer and UndefinedBehaviorSanitizer. Every test runs against both builds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import executor.sandbox.agent as agent_pkg
+
+AGENT_SRC = Path(agent_pkg.__file__).parent
+_RUN_TIMEOUT_S = 30.0
+_CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DFILEOPS_STANDALONE"]
+_BUILDS = {
+    "static": [*_CFLAGS, "-O2", "-static"],
+    "sanitized": [*_CFLAGS, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+}
+
+
+def build_fileops_standalone(out_dir: Path, *, sanitize: bool = False, cc: str = "cc") -> Path:
+    """Compile fileops.c with its standalone main into ``out_dir`` and return the binary's path."""
+    flags = _BUILDS["sanitized" if sanitize else "static"]
+    binary = out_dir / ("fileops-san" if sanitize else "fileops")
+    subprocess.run(
+        [cc, *flags, "-o", str(binary), str(AGENT_SRC / "fileops.c")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    binary.chmod(0o755)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def scratch() -> Iterator[Path]:
+    """A world-traversable scratch root in /tmp, so that uid 1000 can run the binary too."""
+    root = Path(tempfile.mkdtemp(prefix="fileops-", dir="/tmp"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", params=sorted(_BUILDS))
+def agent(request: pytest.FixtureRequest, scratch: Path) -> Path:
+    """The standalone fileops binary, in each build."""
+    out = scratch / f"build-{request.param}"
+    if not out.exists():
+        out.mkdir(mode=0o755)
+        build_fileops_standalone(out, sanitize=request.param == "sanitized")
+    return out / ("fileops-san" if request.param == "sanitized" else "fileops")
+
+
+@pytest.fixture
+def work(scratch: Path) -> Iterator[Path]:
+    """A fresh directory for one test (no symlinks on its path: /tmp is a real directory here)."""
+    path = Path(tempfile.mkdtemp(dir=scratch))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Run:
+    """One finished fileops process: exit status, parsed JSON line and raw bytes after it."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[bytes]) -> None:
+        self.rc = proc.returncode
+        self.stderr = proc.stderr
+        head, _, self.tail = proc.stdout.partition(b"\n")
+        self.out: dict[str, Any] = json.loads(head)
+
+    @property
+    def error(self) -> str | None:
+        value = self.out.get("error")
+        return value if isinstance(value, str) else None
+
+
+def run(agent: Path, *args: str, stdin: bytes = b"", user: int | None = None) -> Run:
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=99", "UBSAN_OPTIONS": "halt_on_error=1"}
+    proc = subprocess.run(
+        [str(agent), *args], input=stdin, capture_output=True, timeout=_RUN_TIMEOUT_S, env=env, user=user
+    )
+    assert proc.returncode in (0, 1, 2), proc.stderr.decode(errors="replace")
+    assert proc.stderr == b"", proc.stderr.decode(errors="replace")
+    return Run(proc)
+
+
+def expect_of(state: dict[str, Any]) -> str:
+    if state["kind"] == "missing":
+        return "missing"
+    sha = state["sha256"] or "-"
+    keys = ("uid", "gid", "dev", "ino", "size", "mtime_ns")
+    return f"regular:{state['mode']:o}:" + ":".join(str(state[k]) for k in keys) + f":{sha}"
+
+
+def stat_of(agent: Path, path: Path) -> dict[str, Any]:
+    result = run(agent, "fs-stat", str(path))
+    assert result.rc == 0, result.out
+    state: dict[str, Any] = result.out["state"]
+    return state
+
+
+def write(
+    agent: Path,
+    path: Path,
+    content: bytes,
+    *,
+    expect: str | None = None,
+    max_bytes: int = 1 << 20,
+    extra: tuple[str, ...] = (),
+    user: int | None = None,
+) -> Run:
+    if expect is None:
+        expect = expect_of(stat_of(agent, path))
+    return run(
+        agent, "fs-write", str(path), "--expect", expect, "--max", str(max_bytes), *extra, stdin=content, user=user
+    )
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if ".executor-" in p.name)
+
+
+# ---------------------------------------------------------------- fs-stat
+
+
+def test_stat_regular_file_reports_identity_and_digest(agent: Path, work: Path) -> None:
+    """fs-stat reports a regular file's mode, owner, inode, size, mtime and the SHA-256 of its content."""
+    target = work / "f.txt"
+    target.write_bytes(b"hello\n")
+    target.chmod(0o640)
+    st = target.stat()
+    state = stat_of(agent, target)
+    assert state == {
+        "kind": "regular",
+        "mode": 0o640,
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "size": 6,
+        "mtime_ns": st.st_mtime_ns,
+        "sha256": hashlib.sha256(b"hello\n").hexdigest(),
+    }
+
+
+def test_stat_missing_and_special_kinds(agent: Path, work: Path) -> None:
+    """fs-stat names missing paths, directories, fifos, symlinks and devices by kind, without a digest."""
+    os.mkfifo(work / "fifo")
+    (work / "dir").mkdir()
+    (work / "link").symlink_to("/etc/passwd")
+    kinds = {name: stat_of(agent, work / name) for name in ("nothing", "fifo", "dir", "link")}
+    assert {k: v["kind"] for k, v in kinds.items()} == {
+        "nothing": "missing",
+        "fifo": "fifo",
+        "dir": "directory",
+        "link": "symlink",
+    }
+    assert all(v["sha256"] is None for v in kinds.values())
+    assert stat_of(agent, Path("/dev/null"))["kind"] == "char"
+
+
+def test_stat_refuses_symlinked_parent_naming_it(agent: Path, work: Path) -> None:
+    """A symlink among the parent directories is refused and named, never followed."""
+    (work / "real").mkdir()
+    (work / "real" / "f").write_bytes(b"x")
+    (work / "alias").symlink_to(work / "real")
+    result = run(agent, "fs-stat", str(work / "alias" / "f"))
+    assert result.rc == 1
+    assert result.error == "symlink"
+    assert result.out["component"] == str(work / "alias")
+    assert result.out["message"].startswith(f"{work / 'alias'} is a symbolic link")
+
+
+def test_sha256_matches_hashlib_across_block_boundaries(agent: Path, work: Path) -> None:
+    """The embedded SHA-256 agrees with hashlib for lengths around the 64-byte block and padding edges."""
+    for size in (0, 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 65535, 65536, 65537, 200_003):
+        content = bytes((i * 7 + size) % 256 for i in range(size))
+        target = work / f"f{size}"
+        target.write_bytes(content)
+        assert stat_of(agent, target)["sha256"] == hashlib.sha256(content).hexdigest(), size
+
+
+# ---------------------------------------------------------------- fs-read
+
+
+def test_read_returns_header_then_exact_bytes(agent: Path, work: Path) -> None:
+    """fs-read prints a JSON header then exactly the file's bytes, with a digest when the whole file was sent."""
+    content = b"a\0b\xff\n" * 3
+    (work / "f").write_bytes(content)
+    whole = run(agent, "fs-read", str(work / "f"), "--max", "100")
+    assert whole.rc == 0
+    assert (whole.out["length"], whole.out["truncated"], whole.tail) == (15, False, content)
+    assert whole.out["state"]["sha256"] == hashlib.sha256(content).hexdigest()
+    part = run(agent, "fs-read", str(work / "f"), "--max", "4")
+    assert (part.out["length"], part.out["truncated"], part.tail) == (4, True, content[:4])
+    assert part.out["state"]["sha256"] is None
+    assert part.out["state"]["size"] == 15
+
+
+def test_read_refuses_non_regular_and_missing(agent: Path, work: Path) -> None:
+    """fs-read refuses a fifo (without blocking on it), a directory and a missing file."""
+    os.mkfifo(work / "fifo")
+    assert run(agent, "fs-read", str(work / "fifo"), "--max", "10").out["kind"] == "fifo"
+    assert run(agent, "fs-read", str(work), "--max", "10").error == "not_regular"
+    assert run(agent, "fs-read", str(work / "nothing"), "--max", "10").error == "not_found"
+
+
+# ---------------------------------------------------------------- fs-write: what it writes
+
+
+def test_write_creates_new_file_byte_exact_with_new_mode(agent: Path, work: Path) -> None:
+    """A new file gets the exact bytes (NUL and 0xff included) and the --new-mode permission bits."""
+    content = bytes(range(256)) * 40 + b"\0\xff\0"
+    target = work / "new.bin"
+    result = write(agent, target, content, expect="missing", extra=("--new-mode", "640"))
+    assert result.rc == 0, result.out
+    assert target.read_bytes() == content
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert result.out["created"] is True
+    assert result.out["verified"] == "name"
+    assert result.out["state"]["sha256"] == hashlib.sha256(content).hexdigest()
+    assert result.out["state"]["ino"] == target.stat().st_ino
+    assert leftovers(work) == []
+
+
+def test_write_replaces_and_keeps_script_mode(agent: Path, work: Path) -> None:
+    """Replacing a 0755 script keeps it 0755 and reports the new state."""
+    target = work / "run.sh"
+    target.write_bytes(b"#!/bin/sh\necho old\n")
+    target.chmod(0o755)
+    result = write(agent, target, b"#!/bin/sh\necho new\n")
+    assert result.rc == 0, result.out
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+    assert target.read_bytes() == b"#!/bin/sh\necho new\n"
+    assert result.out["created"] is False
+    assert result.out["mode_kept"] is True
+
+
+def test_write_keeps_hard_linked_copy_unchanged(agent: Path, work: Path) -> None:
+    """A hard link elsewhere keeps the old content: the write renames a new inode into place."""
+    target = work / "f"
+    target.write_bytes(b"old")
+    os.link(target, work / "other-name")
+    old_ino = target.stat().st_ino
+    result = write(agent, target, b"new")
+    assert result.rc == 0, result.out
+    assert target.read_bytes() == b"new"
+    assert (work / "other-name").read_bytes() == b"old"
+    assert target.stat().st_ino != old_ino
+
+
+def test_write_keeps_owner_when_permitted(agent: Path, work: Path) -> None:
+    """A file owned by someone else keeps its owner and group when the writer may set them (root here)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to own a file as another user")
+    target = work / "f"
+    target.write_bytes(b"old")
+    os.chown(target, 1234, 4321)
+    result = write(agent, target, b"new")
+    assert result.rc == 0, result.out
+    assert (target.stat().st_uid, target.stat().st_gid) == (1234, 4321)
+    assert result.out["owner_kept"] is True
+
+
+def test_write_up_to_cap_and_refused_above(agent: Path, work: Path) -> None:
+    """Content exactly at --max is written; one byte more is refused, leaving target and directory untouched."""
+    cap = 8 << 20
+    content = os.urandom(cap)
+    target = work / "big"
+    assert write(agent, target, content, expect="missing", max_bytes=cap).rc == 0
+    assert target.read_bytes() == content
+    over = write(agent, target, content + b"!", max_bytes=cap)
+    assert over.error == "too_large"
+    assert target.read_bytes() == content
+    assert leftovers(work) == []
+
+
+def test_write_refuses_content_that_is_not_the_prepared_content(agent: Path, work: Path) -> None:
+    """With --content-sha256, bytes whose digest differs are refused and nothing is written."""
+    target = work / "f"
+    target.write_bytes(b"old")
+    wrong = hashlib.sha256(b"something else").hexdigest()
+    result = write(agent, target, b"new", extra=("--content-sha256", wrong))
+    assert result.error == "content_mismatch"
+    assert target.read_bytes() == b"old"
+    assert leftovers(work) == []
+
+
+# ---------------------------------------------------------------- fs-write: what it refuses
+
+
+def test_write_refuses_final_symlink(agent: Path, work: Path) -> None:
+    """A symlink as the target is refused and the file it points to is untouched."""
+    victim = work / "victim"
+    victim.write_bytes(b"keep")
+    (work / "link").symlink_to(victim)
+    result = write(agent, work / "link", b"pwned", expect="missing")
+    assert result.error == "symlink"
+    assert result.out["component"] == str(work / "link")
+    assert victim.read_bytes() == b"keep"
+    assert (work / "link").is_symlink()
+    assert leftovers(work) == []
+
+
+def test_write_refuses_symlinked_parent_naming_component(agent: Path, work: Path) -> None:
+    """A symlinked parent directory is refused, the component is named and nothing lands behind it."""
+    real = work / "real"
+    real.mkdir()
+    (work / "sub").mkdir()
+    (work / "sub" / "escape").symlink_to(real)
+    result = write(agent, work / "sub" / "escape" / "f", b"x", expect="missing")
+    assert result.error == "symlink"
+    assert result.out["component"] == str(work / "sub" / "escape")
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_write_refuses_non_regular_targets(agent: Path, work: Path, kind: str) -> None:
+    """A fifo, a directory and a device are refused as targets, naming their kind."""
+    if kind == "fifo":
+        target = work / "fifo"
+        os.mkfifo(target)
+    elif kind == "directory":
+        target = work / "dir"
+        target.mkdir()
+    else:
+        target = Path("/dev/null")
+    result = write(agent, target, b"x", expect="missing")
+    assert result.error == "not_regular"
+    assert result.out["kind"] == {"fifo": "fifo", "directory": "directory", "device": "char"}[kind]
+    assert result.out["message"].startswith(f"{target} is a ")
+    assert leftovers(target.parent) == []
+
+
+def test_write_refuses_file_changed_since_review(agent: Path, work: Path) -> None:
+    """A file modified between stat and write is refused; the other writer's content stays and nothing leaks."""
+    target = work / "f"
+    target.write_bytes(b"reviewed")
+    reviewed = expect_of(stat_of(agent, target))
+    target.write_bytes(b"changed!")  # same size: only mtime and content differ
+    result = write(agent, target, b"mine", expect=reviewed)
+    assert result.error == "changed_since_review"
+    assert "nothing was written" in result.out["message"]
+    assert target.read_bytes() == b"changed!"
+    assert leftovers(work) == []
+
+
+def test_write_refuses_file_that_appeared_since_review(agent: Path, work: Path) -> None:
+    """A file reviewed as missing that exists at write time is refused and kept."""
+    target = work / "f"
+    target.write_bytes(b"someone else's")
+    result = write(agent, target, b"mine", expect="missing")
+    assert result.error == "changed_since_review"
+    assert target.read_bytes() == b"someone else's"
+
+
+def test_write_refuses_mode_change_since_review(agent: Path, work: Path) -> None:
+    """A chmod since review (same content, same mtime) is a change: refused."""
+    target = work / "f"
+    target.write_bytes(b"x")
+    reviewed = expect_of(stat_of(agent, target))
+    target.chmod(0o600)
+    result = write(agent, target, b"y", expect=reviewed)
+    assert result.error == "changed_since_review"
+    assert "mode 0644 -> 0600" in result.out["message"]
+
+
+def test_write_into_read_only_mount_is_an_explicit_error(agent: Path, work: Path) -> None:
+    """A write into a read-only bind mount fails with read_only, never a silent success."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private read-only bind mount")
+    (work / "f").write_bytes(b"old")
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"'
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(work), "true"],
+        capture_output=True,
+        timeout=_RUN_TIMEOUT_S,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"no private mounts here: {probe.stderr.decode(errors='replace').strip()}")
+    expect = expect_of(stat_of(agent, work / "f"))
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(work),
+            str(agent),
+            "fs-write",
+            str(work / "f"),
+            "--expect",
+            expect,
+            "--max",
+            "100",
+        ],
+        input=b"new",
+        capture_output=True,
+        timeout=_RUN_TIMEOUT_S,
+    )
+    result = Run(proc)
+    assert result.rc == 1
+    assert result.error == "read_only"
+    assert "read-only" in result.out["message"]
+    assert (work / "f").read_bytes() == b"old"
+
+
+def test_write_as_unprivileged_user_into_foreign_directory_is_refused(agent: Path, work: Path) -> None:
+    """Run as uid 1000, a write into a root-owned directory fails with permission and writes nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to uid 1000")
+    result = write(agent, work / "f", b"x", expect="missing", user=1000)
+    assert result.error == "permission"
+    assert list(work.iterdir()) == []
+
+
+def test_write_as_unprivileged_user_in_own_directory(agent: Path, work: Path) -> None:
+    """Run as uid 1000 in a directory it owns, a replacement keeps the mode and is owned by uid 1000."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to uid 1000")
+    os.chown(work, 1000, 1000)
+    target = work / "f"
+    target.write_bytes(b"old")
+    os.chown(target, 1000, 1000)
+    target.chmod(0o751)
+    result = write(agent, target, b"new", user=1000)
+    assert result.rc == 0, result.out
+    assert (target.stat().st_uid, stat.S_IMODE(target.stat().st_mode)) == (1000, 0o751)
+
+
+def test_staging_file_removed_when_terminated_mid_write(agent: Path, work: Path) -> None:
+    """SIGTERM while content is still arriving removes the staging file and leaves the target alone."""
+    target = work / "f"
+    target.write_bytes(b"old")
+    expect = expect_of(stat_of(agent, target))
+    proc = subprocess.Popen(
+        [str(agent), "fs-write", str(target), "--expect", expect, "--max", "1000000"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"partial")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 10
+        while not leftovers(work) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert leftovers(work), "the staging file never appeared"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert leftovers(work) == []
+    assert target.read_bytes() == b"old"
+
+
+# ---------------------------------------------------------------- arguments and paths
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["relative/f", "/", "/tmp/", "/tmp//f", "/tmp/./f", "/tmp/../etc/f", "/tmp/" + "a" * 256, "/" + "a/" * 2100],
+)
+def test_bad_paths_are_refused(agent: Path, path: str) -> None:
+    """Relative, empty-component, dot, dot-dot, over-long component and over-long paths are refused."""
+    result = run(agent, "fs-write", path, "--expect", "missing", "--max", "10", stdin=b"x")
+    assert result.rc == 1
+    assert result.error == "bad_path"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["fs-nope", "/tmp/x"],
+        ["fs-stat"],
+        ["fs-read", "/tmp/x"],
+        ["fs-read", "/tmp/x", "--max", "99999999999"],
+        ["fs-write", "/tmp/x", "--max", "10"],
+        ["fs-write", "/tmp/x", "--expect", "regular:644:0", "--max", "10"],
+        ["fs-write", "/tmp/x", "--expect", "missing", "--max", "-1"],
+        ["fs-write", "/tmp/x", "--expect", "missing", "--max", "10", "--new-mode", "99"],
+        ["fs-write", "/tmp/x", "--expect", "missing", "--max", "10", "--content-sha256", "ABC"],
+        ["fs-write", "/tmp/x", "--expect", "missing", "--max", "10", "--max", "10"],
+    ],
+)
+def test_usage_errors_exit_2_with_json(agent: Path, args: list[str]) -> None:
+    """Malformed command lines exit 2 with a JSON usage error and touch nothing."""
+    result = run(agent, *args)
+    assert (result.rc, result.error) == (2, "usage")
