@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Literal
+from collections.abc import Iterable
+from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
@@ -65,6 +66,17 @@ FocusMode = Literal["off", "shadow", "on"]
 
 FocusStatus = Literal["select", "full", "compute_or_retrieve", "error"]
 """What the focus judgment decided (``error``: the judgment failed and the bounded view was used)."""
+
+
+class _SectionLike(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def start_line(self) -> int: ...
+    @property
+    def end_line(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
 
 
 def _new_event_id() -> str:
@@ -129,10 +141,12 @@ class ActionPrepared(EventBase):
 
 
 class RuleMatch(_Model):
-    """One static-policy rule that matched an action."""
+    """One static-policy rule that matched an action (the shape of ``executor.gate.policy.RuleMatch``)."""
 
-    rule_id: _ID
-    """The rule's identifier in its policy file."""
+    rule: _ID
+    """The rule's name in its policy file."""
+    kind: Literal["command", "path"]
+    """Which kind of rule."""
     decision: Decision
     """The decision that rule gives."""
     justification: str = ""
@@ -146,9 +160,13 @@ class StaticVerdict(EventBase):
     """Discriminator."""
     action_id: _ID
     """The action judged."""
+    policy: str | None = None
+    """Name of the policy file that was applied."""
+    policy_sha256: str | None = None
+    """Hex SHA-256 of that policy file, so a replay can tell whether another policy differs."""
     decision: Decision | None
     """The strictest matching rule's decision; None when no rule matched."""
-    rules: tuple[RuleMatch, ...] = ()
+    matches: tuple[RuleMatch, ...] = ()
     """Every matching rule, with its justification."""
     static_only: bool = False
     """True when this verdict settled the action without any judgment (a floor verdict)."""
@@ -247,16 +265,16 @@ class ExecutionFinished(EventBase):
 
 
 class ManifestSection(_Model):
-    """One section of a stream, as the focus manifest listed it."""
+    """One section of a stream, as the focus manifest listed it (line numbers as ``executor.focus`` counts them)."""
 
     id: _ID
-    """The section's id within its manifest."""
-    start_line: int = Field(ge=0)
-    """First line of the section (0-based, inclusive)."""
-    end_line: int = Field(ge=0)
-    """Line after the section's last line (exclusive)."""
-    kind: str = Field("block", max_length=64)
-    """What the splitter recognised (blank-line block, heading, traceback, test failure, log block...)."""
+    """The section's id within its manifest (``S1``, ``S2``...)."""
+    start_line: int = Field(ge=1)
+    """First line of the section, 1-based."""
+    end_line: int = Field(ge=1)
+    """Last line of the section, inclusive."""
+    kind: str = Field("block", min_length=1, max_length=64)
+    """What the splitter recognised (traceback, failure, heading, log, block, rest)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> ManifestSection:
@@ -266,7 +284,7 @@ class ManifestSection(_Model):
 
 
 class SectionManifest(_Model):
-    """The section manifest a focus judgment was made against."""
+    """The section manifest a focus judgment was made against: ids, line ranges and kinds."""
 
     sections: tuple[ManifestSection, ...]
     """The sections, in stream order."""
@@ -277,6 +295,15 @@ class SectionManifest(_Model):
         if len(ids) != len(set(ids)):
             raise ValueError("section ids in a manifest must be unique")
         return self
+
+    @classmethod
+    def of(cls, sections: Iterable[_SectionLike]) -> SectionManifest:
+        """Copy ids, line ranges and kinds from any sections (for example ``executor.focus`` manifest sections)."""
+        return cls(
+            sections=tuple(
+                ManifestSection(id=s.id, start_line=s.start_line, end_line=s.end_line, kind=s.kind) for s in sections
+            )
+        )
 
 
 class FocusDecision(EventBase):

@@ -38,19 +38,21 @@ def prepared(action_id: str, command: str) -> ActionPrepared:
 
 def judgment(
     judgment_id: str,
-    action_id: str,
+    action_id: str | None,
     answers: Mapping[str, Answer],
     *,
     error: str | None = None,
     material: Mapping[str, object] | None = None,
+    table: QuestionTable = GATE_TABLE,
+    artifact_id: str | None = None,
 ) -> JudgmentEvent:
-    """A gate judgment with the given answers."""
+    """A judgment (of ``table``'s reflex) with the given answers."""
     return JudgmentEvent.model_validate(
         {
             "judgment_id": judgment_id,
-            "reflex": "gate",
+            "reflex": table.reflex,
             "provider": "rules",
-            "table": GATE_TABLE.model_dump(mode="json"),
+            "table": table.model_dump(mode="json"),
             "table_hash": "t1",
             "answers": dict(answers),
             "latency_ms": 1.5,
@@ -58,7 +60,8 @@ def judgment(
             "cached_from_judgment_id": None,
             "error": error,
             "action_id": action_id,
-            "material": dict(material or {"command": action_id}),
+            "artifact_id": artifact_id,
+            "material": dict(material or {"subject": action_id or artifact_id}),
         }
     )
 
@@ -66,7 +69,7 @@ def judgment(
 def verdict(action_id: str, decision: str | None = None, *, static_only: bool = False) -> StaticVerdict:
     """A static verdict."""
     return StaticVerdict.model_validate(
-        {"action_id": action_id, "decision": decision, "rules": [], "static_only": static_only}
+        {"action_id": action_id, "decision": decision, "matches": [], "static_only": static_only}
     )
 
 
