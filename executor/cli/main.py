@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from executor.cli import config_cmd
+from executor.cli import config_cmd, mcp_cmd
 from executor.cli._common import CliState
 
 app = typer.Typer(
@@ -16,6 +16,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.command("mcp")(mcp_cmd.mcp)
 
 
 @app.callback()

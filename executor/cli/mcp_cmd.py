@@ -1,0 +1,79 @@
+"""``executor mcp --transport stdio|http [--session NAME]``: serve the executor's tools to MCP clients.
+
+Exit codes: ``0`` when stdin closes (stdio) or on SIGTERM/SIGINT (both close every client session first);
+``2`` for bad settings (for example HTTP without bearer tokens); ``125`` when the executor cannot start.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from enum import StrEnum
+from functools import partial
+
+import trio
+import typer
+
+from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, fail, state
+from executor.config import Settings
+from executor.errors import ConfigError, ExecutorError
+from executor.mcp.server import no_tokens_error, serve_http, serve_stdio
+
+
+class Transport(StrEnum):
+    """How MCP clients connect."""
+
+    stdio = "stdio"
+    http = "http"
+
+
+def mcp(
+    ctx: typer.Context,
+    transport: Transport = typer.Option(
+        Transport.stdio, "--transport", help="stdio (one client, this process) or http (streamable HTTP)."
+    ),
+    session: str | None = typer.Option(
+        None, "--session", help="Use this named session (attach or create) instead of one per client connection."
+    ),
+) -> None:
+    """Serve the executor's tools (bash, write_file, read_output, search_output, tasks) over MCP."""
+    st = state(ctx)
+    settings = st.settings()
+    if transport is Transport.http and not settings.mcp.tokens:
+        fail(str(no_tokens_error()), code=EXIT_USAGE, json_mode=st.json)
+    try:
+        trio.run(_serve, settings, transport, session)
+    except BaseException as exc:
+        leaf = _single(exc)
+        if isinstance(leaf, ConfigError):
+            fail(str(leaf), code=EXIT_USAGE, json_mode=st.json)
+        if isinstance(leaf, ExecutorError):
+            fail(str(leaf), code=EXIT_FAILURE, json_mode=st.json)
+        raise
+
+
+def _single(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (trio wraps what a nursery raises)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _serve(settings: Settings, transport: Transport, session: str | None) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+        if transport is Transport.stdio:
+            await serve_stdio(settings, session_name=session)
+            nursery.cancel_scope.cancel()
+        else:
+            url = await nursery.start(partial(serve_http, settings, session_name=session))
+            sys.stderr.write(f"executor MCP server listening on {url}\n")
+            sys.stderr.flush()
+
+
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    # SIGTERM (docker stop) and SIGINT end the server cleanly: cancelling unwinds every client session.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return

@@ -1,0 +1,149 @@
+"""A stand-in executor for the MCP surface's protocol plumbing (listing, auth, approvals round trips).
+
+Nothing here touches containers: the end-to-end tests in ``test_e2e.py`` run the real pipeline. This fake only
+records which commands "ran" and calls the approval handler the way the pipeline does: a command starting with
+``ask:`` needs an approval; without a handler it is blocked, and only ``True`` lets it run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from executor.errors import ArtifactNotFound, SessionNotFound, TaskNotFound
+from executor.session import TaskInfo, ToolResult
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class FakeApprovalRequest:
+    """What the pipeline hands an approval handler (the fields the surface reads)."""
+
+    identity_hash: str
+    summary: str
+    kind: str = "bash"
+
+
+@dataclass
+class FakeSession:
+    """Records what ran; artifacts and tasks are stamped with the session id."""
+
+    id: str
+    owner: str | None
+    name: str | None = None
+    ran: list[str] = field(default_factory=list)
+    tasks: dict[str, tuple[TaskInfo, str | None]] = field(default_factory=dict)
+    closed_event: trio.Event = field(default_factory=trio.Event)
+    answers: list[bool | None] = field(default_factory=list)
+
+    async def bash(self, command: str, *, approval_handler: Any = None, **_: Any) -> ToolResult:
+        if command.startswith("ask:"):
+            if approval_handler is None:
+                return ToolResult(
+                    tool="bash",
+                    outcome="blocked",
+                    text="blocked: this command needs a person's approval and nobody can be asked; ask the user",
+                )
+            request = FakeApprovalRequest(identity_hash=hashlib.sha256(command.encode()).hexdigest(), summary=command)
+            answer = await approval_handler(request)
+            self.answers.append(answer)
+            if answer is not True:
+                return ToolResult(tool="bash", outcome="denied", text="not approved; nothing ran")
+        self.ran.append(command)
+        return ToolResult(
+            tool="bash",
+            outcome="completed",
+            text=f"$ {command}\n(exit 0)",
+            artifact_id=f"{self.id}.a{len(self.ran)}",
+            exit_code=0,
+        )
+
+    async def write_file(self, path: str, content: bytes | str, *, approval_handler: Any = None) -> ToolResult:
+        self.ran.append(f"write {path}")
+        return ToolResult(tool="write_file", outcome="completed", text=f"wrote {path}", artifact_id=f"{self.id}.w1")
+
+    @property
+    def closed(self) -> bool:
+        """Whether the executor closed this session."""
+        return self.closed_event.is_set()
+
+    def _check(self, artifact_id: str) -> None:
+        if not artifact_id.startswith(f"{self.id}."):
+            raise ArtifactNotFound(f"artifact {artifact_id!r} not found")
+
+    async def read_output(self, artifact_id: str, **kwargs: Any) -> ToolResult:
+        self._check(artifact_id)
+        return ToolResult(tool="read_output", outcome="completed", text=f"lines of {artifact_id}", data=kwargs)
+
+    async def search_output(self, artifact_id: str, **kwargs: Any) -> ToolResult:
+        self._check(artifact_id)
+        return ToolResult(tool="search_output", outcome="completed", text=f"matches in {artifact_id}", data=kwargs)
+
+    async def start_task(
+        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None, owner: str | None = None
+    ) -> TaskInfo:
+        task_id = f"{self.id}.t{len(self.tasks) + 1}"
+        info = TaskInfo(task_id=task_id, command=command, running=True, artifact_id=f"{self.id}.a99")
+        self.tasks[task_id] = (info, owner)
+        return info
+
+    def _task(self, task_id: str) -> TaskInfo:
+        if task_id not in self.tasks:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return self.tasks[task_id][0]
+
+    async def read_task(self, task_id: str, **kwargs: Any) -> ToolResult:
+        self._task(task_id)
+        return ToolResult(tool="task", outcome="completed", text=f"output of {task_id}", data=kwargs)
+
+    async def stop_task(self, task_id: str) -> TaskInfo:
+        info = self._task(task_id).model_copy(update={"running": False})
+        self.tasks[task_id] = (info, self.tasks[task_id][1])
+        return info
+
+    async def list_tasks(self) -> list[TaskInfo]:
+        return [info for info, _ in self.tasks.values()]
+
+    def owner_of(self, task_id: str) -> str | None:
+        entry = self.tasks.get(task_id)
+        return entry[1] if entry is not None else None
+
+
+@dataclass
+class FakeExecutor:
+    """Opens FakeSessions; remembers every one, and the kept named ones."""
+
+    sessions: list[FakeSession] = field(default_factory=list)
+    kept: dict[str, FakeSession] = field(default_factory=dict)
+
+    @asynccontextmanager
+    async def open_session(
+        self,
+        *,
+        profile: str | None = None,
+        image: str | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        keep: bool = False,
+    ) -> AsyncIterator[FakeSession]:
+        session = FakeSession(id=f"s{next(_ids)}", owner=owner, name=name)
+        self.sessions.append(session)
+        if keep and name is not None:
+            self.kept[name] = session
+        try:
+            yield session
+        finally:
+            session.closed_event.set()
+
+    async def attach_session(self, id_or_name: str, *, owner: str | None = None) -> FakeSession:
+        session = self.kept.get(id_or_name)
+        if session is None or session.owner != owner:
+            raise SessionNotFound(f"no session {id_or_name!r}")
+        return session
