@@ -190,6 +190,8 @@ class ArtifactSettings(_Section):
     """Character budget of one presented view or recovery page."""
     view_head_lines: int = Field(10, ge=0, le=10_000)
     """Lines of each stream shown in the bounded view before the recovery notice."""
+    read_page_lines: int = Field(200, ge=1, le=100_000)
+    """Lines one ``read_output`` page holds at most when the caller gives no ``line_count``."""
     journal_mode: Literal["wal", "delete", "truncate"] = "wal"
     """SQLite journal mode of the index; ``delete``/``truncate`` where WAL's shared memory does not work."""
     session_max_bytes: Bytes = Field(512 * _MIB, ge=_MIB, le=1024**4)
@@ -203,7 +205,8 @@ class ArtifactSettings(_Section):
     scan_max_chars: int = Field(1_000_000, ge=1_000, le=1_000_000_000)
     """Characters one ``search_output`` call scans before it stops at a line boundary."""
     line_ceiling_chars: int = Field(16_000_000, ge=1_000, le=1_000_000_000)
-    """Longest single line a search finishes; a longer one is reported unscannable."""
+    """Longest single line a search finishes, counted in stored bytes (at least its characters, and what it
+    costs in memory); a longer one is reported unscannable and the scan goes on past it."""
     pattern_max_chars: int = Field(1_000, ge=1, le=100_000)
     """Longest search pattern accepted."""
 

@@ -26,6 +26,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── ArtifactNotFound (LookupError)    unknown, malformed or foreign id: one message for all three
     │   ├── StreamNotFound (LookupError)      the artifact has no such stream
     │   ├── ArtifactEvicted (LookupError)     evicted by retention; its tombstone is still remembered
+    │   ├── OutputRangeError (ValueError)     a read/search position or count out of range (past a line's end)
     │   ├── PatternError (ValueError)         a search pattern that does not compile or is too long
     │   └── PatternTimeout (TimeoutError)     a search pattern that ran past its time bound
     ├── GateError                             policy, judge and approvals
@@ -63,6 +64,7 @@ __all__ = [
     "JournalCorrupt",
     "JournalError",
     "JudgeError",
+    "OutputRangeError",
     "PathRejected",
     "PatternError",
     "PatternTimeout",
@@ -167,6 +169,10 @@ class StreamNotFound(ArtifactError, LookupError):
 
 class ArtifactEvicted(ArtifactError, LookupError):
     """The artifact was evicted by retention; only its tombstone remains."""
+
+
+class OutputRangeError(ArtifactError, ValueError):
+    """A ``read_output``/``search_output`` argument out of range: a line below 1, a byte offset past its line."""
 
 
 class PatternError(ArtifactError, ValueError):

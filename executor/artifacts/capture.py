@@ -1,0 +1,369 @@
+"""The capture writer: streams bytes to disk as they arrive, under a per-stream cap that keeps head and tail.
+
+Per stream, the file ``<stream>.part`` holds the head (the first ``cap - cap // 2`` bytes) followed by a ring
+region of ``cap // 2`` bytes for the tail. Until the ring wraps, the file is simply the stream. Once it wraps,
+the oldest ring bytes are overwritten; each overwritten byte is counted as dropped (with its newlines and the
+last newline's position, so the tail keeps its true line numbers). Memory never holds more than one fed chunk.
+
+At finish the ring is rotated into place as ``<stream>`` (a plain copy; never more than the cap), the sparse line
+index ``<stream>.idx`` is completed, and the index row is updated. :class:`StreamState` is what the index row
+keeps; :func:`layout_of` turns it into a :class:`~executor.artifacts.paging.Layout`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from executor.artifacts.models import ArtifactRecord, StreamInfo
+from executor.artifacts.paging import CheckpointTracker, Layout, Segment
+
+__all__ = ["Capture", "StreamState", "layout_of", "read_checkpoints", "stream_info"]
+
+_CP = struct.Struct("<QQ")
+_COPY_CHUNK = 1024 * 1024
+
+
+class StreamState(BaseModel):
+    """The index row of one stream: enough to rebuild its layout without reading it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str
+    """File name inside the artifact folder (``<stream>.part`` while running, ``<stream>`` once finished)."""
+    head_len: int = 0
+    """Bytes in the head region."""
+    ring_cap: int = 0
+    """Size of the ring region."""
+    ring_len: int = 0
+    """Bytes in the ring region."""
+    ring_w: int = 0
+    """Ring position of the oldest byte (= the next write position) once wrapped."""
+    wrapped: bool = False
+    """The ring overwrote bytes: a middle part was dropped."""
+    rotated: bool = False
+    """The file is laid out linearly (finished); no ring mapping is needed."""
+    total: int = 0
+    """Bytes fed."""
+    newlines: int = 0
+    """Newlines fed."""
+    head_newlines: int = 0
+    """Newlines in the head region."""
+    head_ends_nl: bool = False
+    """The head's last byte is a newline."""
+    last_nl: bool = False
+    """The last byte fed is a newline."""
+    dropped_bytes: int = 0
+    """Bytes overwritten in the ring."""
+    dropped_newlines: int = 0
+    """Newlines among the dropped bytes."""
+    last_nl_before_tail: int = -1
+    """True position of the last newline before the tail's first byte (-1: none)."""
+    idx_valid_below: int = 0
+    """Checkpoints at stored offsets below this are valid."""
+    growing: bool = True
+    """Still being written."""
+
+
+def layout_of(state: StreamState, checkpoints: tuple[tuple[int, int], ...]) -> Layout:
+    """The paging layout of a stream in ``state``."""
+    stored = state.head_len + state.ring_len
+    valid = tuple(cp for cp in checkpoints if cp[0] < state.idx_valid_below)
+    if stored == 0:
+        return Layout(segments=(), checkpoints=(), growing=state.growing)
+    if not state.wrapped:
+        seg = Segment(0, stored, 1, 0, state.newlines, state.last_nl)
+        return Layout(segments=(seg,), checkpoints=valid, growing=state.growing)
+    h, r = state.head_len, state.ring_len
+    tail_start = state.total - r
+    head = Segment(0, h, 1, 0, state.head_newlines, state.head_ends_nl)
+    tail = Segment(
+        h,
+        h + r,
+        1 + state.head_newlines + state.dropped_newlines,
+        tail_start - (state.last_nl_before_tail + 1),
+        state.newlines - state.head_newlines - state.dropped_newlines,
+        state.last_nl,
+    )
+    return Layout(segments=(head, tail), checkpoints=valid, growing=state.growing, truncated=True)
+
+
+def stream_info(name: str, state: StreamState) -> StreamInfo:
+    """The public description of a stream in ``state``."""
+    lines = state.newlines + (1 if state.total and not state.last_nl else 0)
+    dropped = state.dropped_bytes > 0
+    return StreamInfo(
+        name=name,
+        bytes_total=state.total,
+        bytes_stored=state.head_len + state.ring_len,
+        lines=lines,
+        truncated=dropped,
+        dropped_bytes=state.dropped_bytes,
+        dropped_at=state.head_len if dropped else None,
+        dropped_from_line=1 + state.head_newlines if dropped else None,
+        resumes_at_line=1 + state.head_newlines + state.dropped_newlines if dropped else None,
+        growing=state.growing,
+    )
+
+
+def read_checkpoints(path: Path) -> tuple[tuple[int, int], ...]:
+    """The checkpoints of a ``.idx`` file (a trailing partial record, from a concurrent append, is ignored)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return ()
+    usable = len(raw) - len(raw) % _CP.size
+    return tuple(_CP.iter_unpack(raw[:usable]))
+
+
+class _StreamWriter:
+    def __init__(self, folder: Path, name: str, cap: int) -> None:
+        self.folder = folder
+        self.name = name
+        self.head_cap = cap - cap // 2
+        self.ring_cap = cap // 2
+        self.part = folder / f"{name}.part"
+        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.idx_fd = os.open(folder / f"{name}.idx", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.tracker = CheckpointTracker(base=0, first_line=1)
+        self.head_len = 0
+        self.ring_len = 0
+        self.ring_w = 0
+        self.wrapped = False
+        self.total = 0
+        self.newlines = 0
+        self.head_newlines = 0
+        self.head_ends_nl = False
+        self.last_nl = False
+        self.dropped_bytes = 0
+        self.dropped_newlines = 0
+        self.last_nl_pos = -1  # true position of the last newline fed (only needed until the ring wraps)
+        self.last_nl_before_tail = -1
+        self.closed = False
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self.newlines += data.count(b"\n")
+        self.last_nl = data[-1:] == b"\n"
+        if self.head_len < self.head_cap:
+            take = min(len(data), self.head_cap - self.head_len)
+            part = data[:take]
+            os.pwrite(self.fd, part, self.head_len)
+            self._linear(part)
+            self.head_len += take
+            self.head_newlines += part.count(b"\n")
+            self.head_ends_nl = part[-1:] == b"\n"
+            data = data[take:]
+        while data:
+            data = self._ring(data)
+
+    def _linear(self, part: bytes) -> None:
+        """Account bytes written at the end of the still-linear file."""
+        self.tracker.feed(part)
+        j = part.rfind(b"\n")
+        if j >= 0:
+            self.last_nl_pos = self.total + j
+        self.total += len(part)
+        if self.tracker.found:
+            os.write(self.idx_fd, b"".join(_CP.pack(*cp) for cp in self.tracker.found))
+            self.tracker.found.clear()
+
+    def _ring(self, data: bytes) -> bytes:
+        base = self.head_cap
+        if self.ring_len < self.ring_cap:
+            take = min(len(data), self.ring_cap - self.ring_len)
+            part = data[:take]
+            os.pwrite(self.fd, part, base + self.ring_len)
+            self._linear(part)
+            self.ring_len += take
+            return data[take:]
+        if not self.wrapped:
+            self.wrapped = True
+            tail_start = self.total - self.ring_cap
+            if self.last_nl_pos < tail_start:
+                self.last_nl_before_tail = self.last_nl_pos
+            else:
+                self.last_nl_before_tail = self._last_nl_below(tail_start)
+        take = min(len(data), self.ring_cap - self.ring_w)
+        old = os.pread(self.fd, take, base + self.ring_w)
+        # The overwritten bytes are true positions [total - ring_cap, total - ring_cap + take).
+        oldest = self.total - self.ring_cap
+        self.dropped_bytes += take
+        self.dropped_newlines += old.count(b"\n")
+        j = old.rfind(b"\n")
+        if j >= 0:
+            self.last_nl_before_tail = oldest + j
+        os.pwrite(self.fd, data[:take], base + self.ring_w)
+        self.ring_w = (self.ring_w + take) % self.ring_cap
+        self.total += take
+        return data[take:]
+
+    def _last_nl_below(self, true_pos: int) -> int:
+        """Last newline at a true position below ``true_pos``, searched in the still-linear file."""
+        end = true_pos
+        while end > 0:
+            start = max(0, end - _COPY_CHUNK)
+            chunk = os.pread(self.fd, end - start, start)
+            j = chunk.rfind(b"\n")
+            if j >= 0:
+                return start + j
+            end = start
+        return -1
+
+    def state(self, *, growing: bool, rotated: bool = False, file: str | None = None) -> StreamState:
+        return StreamState(
+            file=file or self.part.name,
+            head_len=self.head_len,
+            ring_cap=self.ring_cap,
+            ring_len=self.ring_len,
+            ring_w=self.ring_w,
+            wrapped=self.wrapped,
+            rotated=rotated or not self.wrapped,
+            total=self.total,
+            newlines=self.newlines,
+            head_newlines=self.head_newlines,
+            head_ends_nl=self.head_ends_nl,
+            last_nl=self.last_nl,
+            dropped_bytes=self.dropped_bytes,
+            dropped_newlines=self.dropped_newlines,
+            last_nl_before_tail=self.last_nl_before_tail,
+            idx_valid_below=(self.head_len if self.wrapped and not rotated else self.head_len + self.ring_len),
+            growing=growing,
+        )
+
+    def finish(self) -> StreamState:
+        """Lay the stream out linearly as ``<name>`` and complete its index."""
+        final = self.folder / self.name
+        if not self.wrapped:
+            os.close(self.fd)
+            os.close(self.idx_fd)
+            self.closed = True
+            self.part.replace(final)
+            return self.state(growing=False, file=self.name)
+        tmp = self.folder / f"{self.name}.tmp"
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            self._copy(out, 0, self.head_len, None)
+            base = self.head_cap
+            first_line = 1 + self.head_newlines + self.dropped_newlines
+            tracker = CheckpointTracker(base=self.head_len, first_line=first_line)
+            self._copy(out, base + self.ring_w, base + self.ring_cap, tracker)
+            self._copy(out, base, base + self.ring_w, tracker)
+        finally:
+            os.close(out)
+        idx_tmp = self.folder / f"{self.name}.idx.tmp"
+        head_cps = [cp for cp in read_checkpoints(self.folder / f"{self.name}.idx") if cp[0] < self.head_len]
+        idx_tmp.write_bytes(b"".join(_CP.pack(*cp) for cp in [*head_cps, *tracker.found]))
+        idx_tmp.replace(self.folder / f"{self.name}.idx")
+        tmp.replace(final)
+        os.close(self.fd)
+        os.close(self.idx_fd)
+        self.closed = True
+        return self.state(growing=False, rotated=True, file=self.name)
+
+    def _copy(self, out: int, start: int, end: int, tracker: CheckpointTracker | None) -> None:
+        pos = start
+        while pos < end:
+            chunk = os.pread(self.fd, min(_COPY_CHUNK, end - pos), pos)
+            if not chunk:
+                raise OSError(f"capture file {self.part} shrank while finishing")
+            os.write(out, chunk)
+            if tracker is not None:
+                tracker.feed(chunk)
+            pos += len(chunk)
+
+    def discard_part(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+            os.close(self.idx_fd)
+            self.closed = True
+        self.part.unlink(missing_ok=True)
+
+
+class Capture:
+    """Receives one tool result's streams as they arrive (a :class:`~executor.models.CaptureSink`).
+
+    Made by ``SessionArtifacts.begin``; finish it exactly once with :meth:`finish`. Until then the artifact reads
+    as ``growing``: :meth:`flush` publishes what arrived so far (``read_output``/``search_output`` in the same
+    process flush a live capture themselves). Used as a context manager, an exception finishes it as ``error``.
+    """
+
+    def __init__(
+        self,
+        *,
+        artifact_id: str,
+        folder: Path,
+        streams: tuple[str, ...],
+        cap: int,
+        publish: Callable[[str, dict[str, StreamState], str | None], ArtifactRecord],
+    ) -> None:
+        self.artifact_id = artifact_id
+        """The artifact this capture fills."""
+        self._publish = publish
+        self._writers: dict[str, _StreamWriter] = {}
+        try:
+            for name in streams:
+                self._writers[name] = _StreamWriter(folder, name, cap)
+        except BaseException:
+            for writer in self._writers.values():
+                writer.discard_part()
+            raise
+        self._finished: ArtifactRecord | None = None
+        self._dirty = True
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """Append ``data`` to ``stream``; written to disk at once, never held.
+
+        Raises:
+            StreamNotFound: ``stream`` was not declared when the capture began.
+            ArtifactError: the capture is already finished.
+        """
+        from executor.errors import ArtifactError, StreamNotFound
+
+        if self._finished is not None:
+            raise ArtifactError(f"artifact {self.artifact_id} is finished; start a new capture for more output")
+        writer = self._writers.get(stream)
+        if writer is None:
+            raise StreamNotFound(
+                f"artifact {self.artifact_id} has no stream {stream!r}; declared: {', '.join(self._writers)}"
+            )
+        writer.feed(data)
+        self._dirty = True
+
+    def flush(self) -> None:
+        """Publish the bytes fed so far, so readers (in any process) see them; cheap when nothing changed."""
+        if self._finished is not None or not self._dirty:
+            return
+        self._publish(self.artifact_id, {n: w.state(growing=True) for n, w in self._writers.items()}, None)
+        self._dirty = False
+
+    def finish(self, *, status: str) -> ArtifactRecord:
+        """Lay every stream out for good, record ``status`` (``ok``, ``error``, ...) and apply retention.
+
+        Returns:
+            The finished record. Finishing twice returns the first record.
+        """
+        if self._finished is not None:
+            return self._finished
+        states = {name: writer.finish() for name, writer in self._writers.items()}
+        self._finished = self._publish(self.artifact_id, states, status)
+        for name in self._writers:
+            (self._writers[name].part).unlink(missing_ok=True)
+        return self._finished
+
+    @property
+    def finished(self) -> bool:
+        """Whether :meth:`finish` ran."""
+        return self._finished is not None
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if self._finished is None:
+            self.finish(status="ok" if exc_type is None else "error")

@@ -1,0 +1,536 @@
+"""The artifact store: one SQLite index per home, stream files per session.
+
+Layout::
+
+    $EXECUTOR_HOME/artifacts.sqlite3                       index: sessions, artifacts, streams, tombstones
+    $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>        the kept bytes
+    $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>.idx    sparse line index
+
+Ids are made here: a session id is ``s-`` plus 12 lowercase hex digits, an artifact id is
+``<session-id>.a<N>``. Every read checks the id's shape and that it belongs to the calling session *before*
+any path is derived from it; a malformed, foreign or unknown id raises the same :class:`ArtifactNotFound`
+message, so the error is no oracle for ids of other sessions. Retention (byte and count budgets) only ever
+counts and evicts the calling session's own artifacts.
+
+Everything here is synchronous file and SQLite IO on the caller's thread, except the regex work of
+:meth:`SessionArtifacts.search_output`, which runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import trio
+
+from executor.artifacts import search as _search
+from executor.artifacts.capture import Capture, StreamState, layout_of, read_checkpoints, stream_info
+from executor.artifacts.models import ArtifactRecord, ReadPage, SearchPage
+from executor.artifacts.paging import Layout, read_page
+from executor.config import ArtifactSettings
+from executor.errors import (
+    ArtifactError,
+    ArtifactEvicted,
+    ArtifactNotFound,
+    OutputRangeError,
+    SessionNotFound,
+    StreamNotFound,
+)
+
+__all__ = ["ArtifactStore", "SessionArtifacts", "new_session_id", "validate_session_id"]
+
+_SESSION_RE = re.compile(r"s-[0-9a-f]{12}")
+_ARTIFACT_RE = re.compile(r"(s-[0-9a-f]{12})\.a([1-9][0-9]{0,11})")
+_STREAM_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_KIND_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_MAX_READ_LINES = 100_000
+_MAX_SEARCH_LIMIT = 10_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    next_seq INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    id TEXT PRIMARY KEY,
+    session TEXT NOT NULL REFERENCES sessions(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    meta TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    bytes_stored INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS artifacts_by_session ON artifacts(session, seq);
+CREATE TABLE IF NOT EXISTS streams (
+    artifact TEXT NOT NULL REFERENCES artifacts(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (artifact, name)
+);
+CREATE TABLE IF NOT EXISTS tombstones (
+    id TEXT PRIMARY KEY,
+    session TEXT NOT NULL,
+    evicted_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tombstones_by_time ON tombstones(evicted_at);
+"""
+
+
+def new_session_id() -> str:
+    """A fresh, unguessable session id (``s-`` + 12 lowercase hex digits)."""
+    return "s-" + secrets.token_hex(6)
+
+
+def validate_session_id(session_id: str) -> str:
+    """Return ``session_id`` if it has the session id shape.
+
+    Raises:
+        SessionNotFound: it does not (no path is ever derived from it).
+    """
+    if not isinstance(session_id, str) or _SESSION_RE.fullmatch(session_id) is None:
+        raise SessionNotFound("session ids look like 's-0123456789ab' (s- and 12 lowercase hex digits)")
+    return session_id
+
+
+def _not_found(artifact_id: object) -> ArtifactNotFound:
+    shown = repr(artifact_id)[:80] if isinstance(artifact_id, str) else "(not a string)"
+    return ArtifactNotFound(
+        f"no artifact {shown} in this session; use an id from a recovery notice of this session, "
+        "like 's-0123456789ab.a3'"
+    )
+
+
+class _FileSource:
+    """The virtual stored space of a stream file, mapping a wrapped, still-running ring to its logical order."""
+
+    def __init__(self, fd: int, state: StreamState) -> None:
+        self._fd = fd
+        self._h = state.head_len
+        self._ring = state.ring_cap if state.wrapped and not state.rotated else 0
+        self._w = state.ring_w
+
+    def read(self, offset: int, size: int) -> bytes:
+        if not self._ring or offset + size <= self._h:
+            return os.pread(self._fd, size, offset)
+        parts: list[bytes] = []
+        if offset < self._h:
+            parts.append(os.pread(self._fd, self._h - offset, offset))
+            size -= self._h - offset
+            offset = self._h
+        logical = offset - self._h
+        while size > 0 and logical < self._ring:
+            physical = (self._w + logical) % self._ring
+            take = min(size, self._ring - physical, self._ring - logical)
+            parts.append(os.pread(self._fd, take, self._h + physical))
+            size -= take
+            logical += take
+        return b"".join(parts)
+
+
+class ArtifactStore:
+    """One home's artifact index and stream files.
+
+    Open with :meth:`open`; close with :meth:`close` (or ``with``/``async with``). One store object is meant for
+    one thread (the trio thread); several processes may open the same home.
+    """
+
+    def __init__(
+        self, home: Path, settings: ArtifactSettings, conn: sqlite3.Connection, clock: Callable[[], float]
+    ) -> None:
+        self.home = home
+        """The state folder."""
+        self.settings = settings
+        """The artifact section of the settings."""
+        self._conn = conn
+        self._clock = clock
+        self._live: dict[str, Capture] = {}
+
+    @classmethod
+    def open(cls, home: Path, settings: ArtifactSettings, *, clock: Callable[[], float] = time.time) -> ArtifactStore:
+        """Open (creating if needed) the index under ``home`` in the configured journal mode.
+
+        Raises:
+            ArtifactError: the index cannot be opened or refuses the journal mode.
+        """
+        home = Path(home)
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (home / "sessions").mkdir(exist_ok=True, mode=0o700)
+        path = home / "artifacts.sqlite3"
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=10.0)
+            conn.execute("PRAGMA busy_timeout = 10000")
+            mode = conn.execute(f"PRAGMA journal_mode = {settings.journal_mode.upper()}").fetchone()[0]
+            if str(mode).lower() != settings.journal_mode:
+                conn.close()
+                raise ArtifactError(
+                    f"{path}: SQLite refused journal mode {settings.journal_mode!r} (got {mode!r}); "
+                    "set artifacts.journal_mode to 'delete' or 'truncate' on this filesystem"
+                )
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise ArtifactError(f"{path}: cannot open the artifact index: {exc}") from exc
+        store = cls(home, settings, conn, clock)
+        store._purge_tombstones()
+        return store
+
+    @property
+    def journal_mode(self) -> str:
+        """The journal mode SQLite reports for the index."""
+        return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+
+    def close(self) -> None:
+        """Close the index; live captures should be finished first (their files stay as they are)."""
+        self._conn.close()
+
+    def __enter__(self) -> ArtifactStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> ArtifactStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def session(self, session_id: str) -> SessionArtifacts:
+        """The artifacts of one session (registered on first use).
+
+        Raises:
+            SessionNotFound: ``session_id`` does not have the session id shape.
+        """
+        validate_session_id(session_id)
+        self._conn.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session_id, self._clock()))
+        return SessionArtifacts(self, session_id)
+
+    # -- internals shared with SessionArtifacts ------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _purge_tombstones(self) -> None:
+        horizon = self.settings.tombstone_horizon_s
+        self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (self._clock() - horizon,))
+
+    def _folder(self, session_id: str, artifact_id: str) -> Path:
+        # Both ids were validated against their regexes before this is called.
+        return self.home / "sessions" / session_id / "artifacts" / artifact_id
+
+
+class SessionArtifacts:
+    """One session's view of the store: it can read, search and evict only its own artifacts."""
+
+    def __init__(self, store: ArtifactStore, session_id: str) -> None:
+        self._store = store
+        self.session_id = session_id
+        """The owning session."""
+
+    @property
+    def settings(self) -> ArtifactSettings:
+        """The store's artifact settings."""
+        return self._store.settings
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def begin(self, *, kind: str, streams: tuple[str, ...], meta: dict[str, str] | None = None) -> Capture:
+        """Start a capture: the artifact exists (``running``, ``growing``) from now on.
+
+        Args:
+            kind: what produces it (``bash``, ``write``, ``task``...): lowercase letters, digits, ``-``/``_``.
+            streams: the stream names, in presentation order (``("stdout", "stderr")`` or ``("output",)``).
+            meta: free-form string metadata kept with the record.
+
+        Raises:
+            ArtifactError: a bad kind or stream name, or duplicate stream names.
+        """
+        if _KIND_RE.fullmatch(kind) is None:
+            raise ArtifactError(f"artifact kind {kind!r} must be lowercase letters, digits, '-' or '_'")
+        if not streams or len(set(streams)) != len(streams):
+            raise ArtifactError("a capture needs one or more distinct stream names")
+        for name in streams:
+            if _STREAM_RE.fullmatch(name) is None:
+                raise ArtifactError(f"stream name {name!r} must be lowercase letters, digits, '-' or '_'")
+        store = self._store
+        self._evict(reserve_one=True, keep=frozenset())
+        now = store._clock()
+        with store._tx() as conn:
+            row = conn.execute("SELECT next_seq FROM sessions WHERE id = ?", (self.session_id,)).fetchone()
+            seq = int(row[0])
+            artifact_id = f"{self.session_id}.a{seq}"
+            conn.execute("UPDATE sessions SET next_seq = ? WHERE id = ?", (seq + 1, self.session_id))
+            conn.execute(
+                "INSERT INTO artifacts (id, session, seq, kind, status, meta, created_at) VALUES (?,?,?,?,?,?,?)",
+                (artifact_id, self.session_id, seq, kind, "running", json.dumps(meta or {}), now),
+            )
+            for position, name in enumerate(streams):
+                state = StreamState(file=f"{name}.part")
+                conn.execute(
+                    "INSERT INTO streams (artifact, position, name, state) VALUES (?,?,?,?)",
+                    (artifact_id, position, name, state.model_dump_json()),
+                )
+        folder = store._folder(self.session_id, artifact_id)
+        folder.mkdir(parents=True, mode=0o700)
+        capture = Capture(
+            artifact_id=artifact_id,
+            folder=folder,
+            streams=streams,
+            cap=store.settings.capture_max_bytes,
+            publish=self._publish,
+        )
+        store._live[artifact_id] = capture
+        return capture
+
+    def _publish(self, artifact_id: str, states: dict[str, StreamState], status: str | None) -> ArtifactRecord:
+        store = self._store
+        stored = sum(s.head_len + s.ring_len for s in states.values())
+        with store._tx() as conn:
+            for name, state in states.items():
+                conn.execute(
+                    "UPDATE streams SET state = ? WHERE artifact = ? AND name = ?",
+                    (state.model_dump_json(), artifact_id, name),
+                )
+            if status is None:
+                conn.execute("UPDATE artifacts SET bytes_stored = ? WHERE id = ?", (stored, artifact_id))
+            else:
+                conn.execute(
+                    "UPDATE artifacts SET bytes_stored = ?, status = ? WHERE id = ?", (stored, status, artifact_id)
+                )
+        if status is not None:
+            store._live.pop(artifact_id, None)
+            self._evict(reserve_one=False, keep=frozenset({artifact_id}))
+        return self.record(artifact_id)
+
+    def _evict(self, *, reserve_one: bool, keep: frozenset[str]) -> None:
+        """Evict this session's oldest artifacts until its budgets hold (never a live or kept one)."""
+        store = self._store
+        settings = store.settings
+        store._purge_tombstones()
+        rows = store._conn.execute(
+            "SELECT id, bytes_stored FROM artifacts WHERE session = ? ORDER BY seq", (self.session_id,)
+        ).fetchall()
+        count = len(rows) + (1 if reserve_one else 0)
+        total = sum(int(r[1]) for r in rows)
+        for artifact_id, stored in rows:
+            if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
+                break
+            if artifact_id in keep or artifact_id in store._live:
+                continue
+            with store._tx() as conn:
+                conn.execute("DELETE FROM streams WHERE artifact = ?", (artifact_id,))
+                conn.execute("DELETE FROM artifacts WHERE id = ? AND session = ?", (artifact_id, self.session_id))
+                conn.execute(
+                    "INSERT OR REPLACE INTO tombstones (id, session, evicted_at) VALUES (?,?,?)",
+                    (artifact_id, self.session_id, store._clock()),
+                )
+            shutil.rmtree(store._folder(self.session_id, artifact_id), ignore_errors=True)
+            count -= 1
+            total -= int(stored)
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def _check_id(self, artifact_id: object) -> str:
+        if not isinstance(artifact_id, str):
+            raise _not_found(artifact_id)
+        match = _ARTIFACT_RE.fullmatch(artifact_id)
+        if match is None or match.group(1) != self.session_id:
+            raise _not_found(artifact_id)
+        return artifact_id
+
+    def _row(self, artifact_id: object) -> tuple[str, Any]:
+        checked = self._check_id(artifact_id)
+        store = self._store
+        row = store._conn.execute(
+            "SELECT id, kind, status, meta, created_at FROM artifacts WHERE id = ? AND session = ?",
+            (checked, self.session_id),
+        ).fetchone()
+        if row is not None:
+            return checked, row
+        tomb = store._conn.execute(
+            "SELECT evicted_at FROM tombstones WHERE id = ? AND session = ?", (checked, self.session_id)
+        ).fetchone()
+        if tomb is not None and store._clock() - float(tomb[0]) < store.settings.tombstone_horizon_s:
+            raise ArtifactEvicted(
+                f"artifact {checked} was evicted by this session's retention budget (artifacts.session_max_bytes, "
+                "artifacts.session_max_artifacts); its output is gone: rerun the command if you need it"
+            )
+        raise _not_found(artifact_id)
+
+    def _states(self, artifact_id: str) -> dict[str, StreamState]:
+        rows = self._store._conn.execute(
+            "SELECT name, state FROM streams WHERE artifact = ? ORDER BY position", (artifact_id,)
+        ).fetchall()
+        return {name: StreamState.model_validate_json(state) for name, state in rows}
+
+    def record(self, artifact_id: str) -> ArtifactRecord:
+        """The record of one of this session's artifacts.
+
+        Raises:
+            ArtifactNotFound: malformed, foreign or unknown id (one message for all three).
+            ArtifactEvicted: evicted by retention, tombstone still within the horizon.
+        """
+        checked, row = self._row(artifact_id)
+        states = self._states(checked)
+        return ArtifactRecord(
+            id=checked,
+            session=self.session_id,
+            kind=row[1],
+            status=row[2],
+            streams={name: stream_info(name, state) for name, state in states.items()},
+            meta=json.loads(row[3]),
+            created_at=float(row[4]),
+        )
+
+    def artifacts(self) -> list[ArtifactRecord]:
+        """Every kept artifact of this session, oldest first."""
+        rows = self._store._conn.execute(
+            "SELECT id FROM artifacts WHERE session = ? ORDER BY seq", (self.session_id,)
+        ).fetchall()
+        return [self.record(r[0]) for r in rows]
+
+    def _resolve(self, artifact_id: str, stream: str | None) -> tuple[str, str, StreamState, Path]:
+        """Validate, flush a live capture, and return (id, stream, state, folder)."""
+        checked, _ = self._row(artifact_id)
+        live = self._store._live.get(checked)
+        if live is not None:
+            live.flush()
+        states = self._states(checked)
+        if stream is None:
+            name = next(iter(states))
+        elif stream in states:
+            name = stream
+        else:
+            shown = repr(stream)[:40] if isinstance(stream, str) else "(not a string)"
+            raise StreamNotFound(f"artifact {checked} has no stream {shown}; its streams: {', '.join(states)}")
+        return checked, name, states[name], self._store._folder(self.session_id, checked)
+
+    @contextmanager
+    def _opened(self, artifact_id: str, stream: str | None) -> Iterator[tuple[str, str, Layout, _FileSource]]:
+        # A finish or an eviction may replace or remove the file between the row read and the open; re-resolve.
+        for attempt in range(3):
+            checked, name, state, folder = self._resolve(artifact_id, stream)
+            if state.head_len + state.ring_len == 0:
+                yield checked, name, layout_of(state, ()), _FileSource(-1, state)
+                return
+            try:
+                fd = os.open(folder / state.file, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+                continue
+            try:
+                checkpoints = read_checkpoints(folder / f"{name}.idx")
+                yield checked, name, layout_of(state, checkpoints), _FileSource(fd, state)
+            finally:
+                os.close(fd)
+            return
+
+    def read_output(
+        self,
+        artifact_id: str,
+        *,
+        stream: str | None = None,
+        start_line: int = 1,
+        line_count: int | None = None,
+        start_byte_in_line: int | None = None,
+        budget_chars: int | None = None,
+    ) -> ReadPage:
+        """One page of a stream, from true line ``start_line`` (and byte ``start_byte_in_line`` within it).
+
+        Args:
+            artifact_id: an id from this session.
+            stream: a stream name; None means the artifact's first stream.
+            start_line: true line number (1-based) to start at.
+            line_count: most lines on the page; None means ``artifacts.read_page_lines``.
+            start_byte_in_line: continue inside a line (from a previous page's ``next_start_byte_in_line``).
+            budget_chars: display budget of the page; None means ``artifacts.display_max_chars``.
+
+        Raises:
+            ArtifactNotFound, ArtifactEvicted, StreamNotFound: see :meth:`record`.
+            OutputRangeError: ``start_line``/``line_count`` below 1 or above the limit, or
+                ``start_byte_in_line`` past the end of its line.
+        """
+        settings = self._store.settings
+        count = settings.read_page_lines if line_count is None else line_count
+        if not 1 <= count <= _MAX_READ_LINES:
+            raise OutputRangeError(f"line_count must be between 1 and {_MAX_READ_LINES}; got {count}")
+        budget = settings.display_max_chars if budget_chars is None else budget_chars
+        with self._opened(artifact_id, stream) as (checked, name, layout, source):
+            return read_page(
+                source,
+                layout,
+                artifact_id=checked,
+                stream=name,
+                start_line=start_line,
+                start_byte_in_line=start_byte_in_line,
+                line_count=count,
+                budget_chars=max(16, budget),
+            )
+
+    async def search_output(
+        self,
+        artifact_id: str,
+        *,
+        stream: str | None = None,
+        pattern: str,
+        limit: int,
+        start_line: int = 1,
+    ) -> SearchPage:
+        """Search a stream line by line with a ``regex`` pattern, in a worker thread, under a time bound.
+
+        Resume with the returned ``next_start_line`` (the page's receipt): no match is skipped or repeated.
+
+        Raises:
+            ArtifactNotFound, ArtifactEvicted, StreamNotFound: see :meth:`record`.
+            PatternError: the pattern does not compile or is longer than ``artifacts.pattern_max_chars``.
+            PatternTimeout: the pattern ran past ``artifacts.search_timeout_s``.
+            OutputRangeError: ``limit`` or ``start_line`` out of range.
+        """
+        settings = self._store.settings
+        if not 1 <= limit <= _MAX_SEARCH_LIMIT:
+            raise OutputRangeError(f"limit must be between 1 and {_MAX_SEARCH_LIMIT}; got {limit}")
+        if start_line < 1:
+            raise OutputRangeError(f"start_line must be at least 1; got {start_line}")
+        compiled = _search.compile_pattern(pattern, max_chars=settings.pattern_max_chars)
+        with self._opened(artifact_id, stream) as (checked, name, layout, source):
+            job = functools.partial(
+                _search.run_search,
+                source,
+                layout,
+                artifact_id=checked,
+                stream=name,
+                pattern=compiled,
+                pattern_text=pattern,
+                limit=limit,
+                start_line=start_line,
+                budget_chars=settings.display_max_chars,
+                scan_max_chars=settings.scan_max_chars,
+                line_ceiling_chars=settings.line_ceiling_chars,
+                timeout_s=settings.search_timeout_s,
+            )
+            # The regex work never runs on the event loop thread; the regex timeout bounds the thread.
+            return await trio.to_thread.run_sync(job)
