@@ -8,6 +8,7 @@ import typer
 
 from executor.cli import config_cmd, mcp_cmd
 from executor.cli._common import CliState
+from executor.cli.replay_cmd import replay_command
 
 app = typer.Typer(
     help="A sandboxed, container-backed executor for AI agents.",
@@ -16,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.command("replay")(replay_command)
 app.command("mcp")(mcp_cmd.mcp)
 
 
