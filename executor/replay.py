@@ -59,6 +59,7 @@ __all__ = [
     "Replayed",
     "StaticOnly",
     "Unsupported",
+    "refocus",
     "replay",
 ]
 
