@@ -49,7 +49,7 @@ from mcp_types import (
     TextContent,
     ToolAnnotations,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
@@ -251,6 +251,9 @@ APPROVAL_SCHEMA: dict[str, Any] = {
 }
 """The elicitation form an approval shows: a single required boolean. Only an accepted form with
 ``approve: true`` approves; decline, cancel, a missing or malformed answer never do."""
+
+_INPUT_REQUIRED_VERSION = "2026-07-28"
+"""First protocol revision without server-to-client requests: from it on, approvals ride ``input_required``."""
 
 _APPROVAL_KEY = "approval"
 """Key of the approval question inside an ``input_required`` round."""
@@ -679,7 +682,7 @@ class McpSurface:
         """The approval handler for this call: None (blocked) unless the client can be asked."""
         if not _elicitation_supported(ctx):
             return None, None
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        if ctx.protocol_version is not None and is_version_at_least(ctx.protocol_version, _INPUT_REQUIRED_VERSION):
             round_ = _InputRound.from_context(ctx, owner)
             return round_.handler, round_
         session = ctx.request_context.session
