@@ -328,10 +328,7 @@ def _approval_problems(index: _Index) -> list[Unsupported]:
 
 def _approval_note(old: Decision, new: Decision, outcome: ApprovalOutcome | None) -> str | None:
     if outcome is not None and new != "ask":
-        return (
-            f"a recorded approval ended '{outcome}'; the replayed decision '{new}' would not have asked. "
-            "The recorded outcome stands: replay makes no approval and runs nothing"
-        )
+        return f"recorded approval '{outcome}' stands; '{new}' would not have asked. No approval is made, nothing runs"
     if old == "allow" and new != "allow":
         return f"it ran under '{old}'; under '{new}' it would not have run unasked. Nothing is undone or re-run"
     if new == "ask" and outcome is None:

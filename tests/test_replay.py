@@ -196,7 +196,7 @@ async def test_a_human_outcome_is_reported_never_manufactured() -> None:
     report = await replay(events, trust=2)
     (change,) = report.replayed.changes
     assert (change.old, change.new, change.approval) == ("ask", "allow", "denied")
-    assert change.note is not None and "replay makes no approval and runs nothing" in change.note
+    assert change.note is not None and "No approval is made, nothing runs" in change.note
     assert report.unsupported == ()
 
 

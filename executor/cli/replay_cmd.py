@@ -86,7 +86,7 @@ async def _run(
         return await replay(read, trust=trust, policy=policy, mode="reevaluate", judge=judge)
 
 
-def _clean(text: object, limit: int = 160) -> str:
+def _clean(text: object, limit: int = 200) -> str:
     """Journal text is untrusted: show control and invisible characters as escapes, and cut long values."""
     raw = str(text)
     shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in raw[:limit])

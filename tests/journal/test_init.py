@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import get_args
 
 import executor.journal as journal
 
@@ -19,3 +20,9 @@ def test_pure_modules_import_neither_trio_nor_docker() -> None:
     code = "import sys, executor.journal; print(sorted({'trio', 'docker'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_event_type_names_match_the_union() -> None:
+    """EventType lists exactly the type values of the JournalEvent members."""
+    members = get_args(get_args(journal.JournalEvent)[0])
+    assert {member.model_fields["type"].default for member in members} == set(get_args(journal.EventType))
