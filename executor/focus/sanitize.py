@@ -220,13 +220,29 @@ _INSTRUCTION_PATTERNS = [
     r"\b(ai|llm|language model) (agents?|assistants?|models?)\b.{0,30}?\b(must|should|need to|are required to)\b",
 ]
 _INSTRUCTION = re.compile("|".join(f"(?:{pattern})" for pattern in _INSTRUCTION_PATTERNS))
-_SKELETON_DROP = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[" + _SINGLES + "\x1b]")
+# Escape notation and the marker are dropped before matching, so "ig<U+200B>nore" reads "ignore".
+_NOTATION = re.compile(r"<U\+[0-9A-F]{4,6}>(?:\{×\d+\})?|\\x[0-9a-f]{2}(?:\{×\d+\})?|\\r(?:\{×\d+\})?")
 _SPACES = re.compile(r"\s+")
 
 
-def _skeleton(line: str) -> str:
-    """The line as a reader would take it: controls, escapes and invisible characters gone, casefolded."""
-    return _SPACES.sub(" ", _SKELETON_DROP.sub("", line)).casefold().strip()
+def _skeleton(escaped: str) -> str:
+    """An escaped line as a reader would take it: notation and marker gone, spaces collapsed, casefolded."""
+    return _SPACES.sub(" ", _NOTATION.sub("", escaped.removeprefix(UNTRUSTED_MARKER))).casefold().strip()
+
+
+def _marks(escaped_lines: list[str]) -> set[int]:
+    # Matching runs on the escaped lines, which sanitizing again leaves as they are: the marks of a
+    # sanitized view are the marks of its source, so a second sanitize adds none.
+    skeletons = [_skeleton(line) for line in escaped_lines]
+    alone = [bool(_INSTRUCTION.search(skeleton)) for skeleton in skeletons]
+    marked = {index + 1 for index, hit in enumerate(alone) if hit}
+    for index in range(1, len(skeletons)):
+        # Only a phrase that straddles the break counts: neither line may match on its own.
+        if alone[index - 1] or alone[index] or not (skeletons[index - 1] and skeletons[index]):
+            continue
+        if _INSTRUCTION.search(f"{skeletons[index - 1]} {skeletons[index]}"):
+            marked.update((index, index + 1))
+    return marked
 
 
 def instruction_lines(text: str) -> tuple[int, ...]:
@@ -235,14 +251,8 @@ def instruction_lines(text: str) -> tuple[int, ...]:
     A phrase split over two adjacent lines marks both. Invisible characters and escape sequences
     inserted into a phrase do not hide it.
     """
-    skeletons = [_skeleton(line) for line in text.split("\n")]
-    marked: set[int] = set()
-    for index, skeleton in enumerate(skeletons):
-        if _INSTRUCTION.search(skeleton):
-            marked.add(index + 1)
-        elif index and skeletons[index - 1] and skeleton and _INSTRUCTION.search(f"{skeletons[index - 1]} {skeleton}"):
-            marked.update((index, index + 1))
-    return tuple(sorted(marked))
+    scratch: Counter[str] = Counter()
+    return tuple(sorted(_marks([_escape_line(line, scratch) for line in text.split("\n")])))
 
 
 # --- credentials ----------------------------------------------------------------------------------------------
@@ -339,13 +349,13 @@ def sanitize(text: str, *, redact_credentials: bool, flagged_lines: Collection[i
     for number in flagged_lines:
         if not 1 <= number <= len(lines):
             raise ValueError(f"flagged line {number} is outside the view's {len(lines)} lines")
-    marked = set(flagged_lines) | set(instruction_lines(text))
     counts: Counter[str] = Counter()
+    escaped = [_escape_line(line, counts) for line in lines]
+    marked = set(flagged_lines) | _marks(escaped)
     redactor = _Redactor() if redact_credentials else None
     out: list[str] = []
     marked_lines: list[int] = []
-    for number, line in enumerate(lines, start=1):
-        shown = _escape_line(line, counts)
+    for number, shown in enumerate(escaped, start=1):
         if redactor is not None:
             shown = redactor.line(shown)
         if number in marked:

@@ -9,6 +9,7 @@ layer, so its phrase list is its own.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 
@@ -62,18 +63,16 @@ def answer(request: JudgmentRequest) -> dict[str, Answer]:
     lines = request.material.get("lines")
     if not isinstance(lines, list | tuple) or not all(isinstance(line, Mapping) for line in lines):
         raise JudgeError("sanitize material: 'lines' must be a list of objects")
-    flagged: list[str] = []
-    previous: tuple[str, str] | None = None
+    read: list[tuple[str, str, bool]] = []
     for line in lines:
         line_id, text = line.get("id"), line.get("text")
         if not isinstance(line_id, str) or not isinstance(text, str):
             raise JudgeError("sanitize material: each line needs a string 'id' and 'text'")
         reads = _reads_as(text)
-        if _FLAGGED.search(reads):
-            flagged.append(line_id)
-        elif previous is not None and _FLAGGED.search(f"{previous[1]} {reads}"):
-            if previous[0] not in flagged:
-                flagged.append(previous[0])
-            flagged.append(line_id)
-        previous = (line_id, reads)
-    return {"instruction_lines": tuple(flagged)}
+        read.append((line_id, reads, bool(_FLAGGED.search(reads))))
+    flagged = {line_id for line_id, _, hit in read if hit}
+    for (first_id, first, first_hit), (second_id, second, second_hit) in itertools.pairwise(read):
+        # Only a phrase that straddles the break counts: neither line may match on its own.
+        if not (first_hit or second_hit) and _FLAGGED.search(f"{first} {second}"):
+            flagged.update((first_id, second_id))
+    return {"instruction_lines": tuple(line_id for line_id, _, _ in read if line_id in flagged)}
