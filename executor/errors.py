@@ -18,6 +18,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   └── TaskNotFound (LookupError)        no such background task (or not yours)
     ├── WriteError                            the write tool
     │   ├── PathRejected (ValueError)         a path refused before any container call
+    │   ├── ContentRejected (ValueError)      content refused before any container call (over the size cap)
     │   ├── UnsafeTarget (PermissionError)    a symlink on the path, or a non-regular target
     │   ├── ChangedSinceReview                the target is not in the state that was reviewed
     │   ├── ActionConsumed                    a prepared action can execute once
@@ -56,6 +57,7 @@ __all__ = [
     "CommandError",
     "CommandRejected",
     "ConfigError",
+    "ContentRejected",
     "EngineError",
     "EngineUnavailable",
     "ExecutorError",
@@ -137,6 +139,10 @@ class WriteError(ExecutorError):
 
 class PathRejected(WriteError, ValueError):
     """A path refused before any container call (NUL, newline, too long, escapes the workspace, denied)."""
+
+
+class ContentRejected(WriteError, ValueError):
+    """File content refused before any container call: larger than ``write.max_bytes``."""
 
 
 class UnsafeTarget(WriteError, PermissionError):
