@@ -55,6 +55,8 @@ from starlette.requests import Request
 
 from executor.config import Settings
 from executor.errors import ConfigError, ExecutorError, SessionNotFound, TaskNotFound
+from executor.gate.approvals import ApprovalRequest, printable
+from executor.models import BashAction
 from executor.session import TaskInfo, ToolResult
 
 __all__ = [
@@ -74,9 +76,8 @@ logger = logging.getLogger(__name__)
 McpTransport = Literal["stdio", "http"]
 """How clients reach the server."""
 
-ApprovalHandler = Callable[[Any], Awaitable[bool | None]]
-"""The pipeline's approval callback: True approves this exact action once, False denies, None leaves it unanswered
-(nothing runs). Its argument is an ``executor.gate.approvals.ApprovalRequest``."""
+ApprovalHandler = Callable[[ApprovalRequest], Awaitable[bool | None]]
+"""The pipeline's approval callback: only a literal True approves this exact action, once."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -262,24 +263,15 @@ _MAX_SUMMARY_CHARS = 16_000
 """Longest command or diff shown in one approval message (clients render it; a diff is already bounded)."""
 
 
-def _request_identity(request: Any) -> str:
-    """The identity hash an approval request is bound to."""
-    identity = getattr(request, "identity_hash", None)
-    if not isinstance(identity, str) or not identity:
-        raise TypeError("an approval request must carry its action's identity_hash")
-    return identity
-
-
-def _approval_message(request: Any) -> str:
-    """What the person is shown: the action kind, the exact command or diff, and what each answer does."""
-    summary = str(getattr(request, "summary", "") or "")
+def _approval_message(request: ApprovalRequest) -> str:
+    """What the person is shown: the exact command or the path and diff, why it is asked, what each answer does."""
+    summary = request.summary  # already made printable by the gate (no hidden control characters)
     if len(summary) > _MAX_SUMMARY_CHARS:
         summary = summary[:_MAX_SUMMARY_CHARS] + "\n[... cut: the full diff is longer than this message allows]"
-    kind = getattr(request, "kind", None) or getattr(getattr(request, "action", None), "kind", None) or "action"
-    reason = str(getattr(request, "reason", "") or "")
-    lines = [f"The agent asks to run this {kind} in its sandbox session:", "", summary]
-    if reason:
-        lines += ["", f"Why it needs approval: {reason}"]
+    kind = "command" if isinstance(request.action, BashAction) else "file write"
+    lines = [f"The agent asks to run this {kind} in its sandbox:", "", summary]
+    if request.reasons:
+        lines += ["", "Why it needs approval: " + "; ".join(printable(r, keep_newlines=False) for r in request.reasons)]
     lines += ["", "Approve to run exactly this, once. Decline or cancel runs nothing."]
     return "\n".join(lines)
 
@@ -321,18 +313,19 @@ class _RoundState(BaseModel):
 
 @dataclass
 class _InputRound:
-    """Approvals on the 2026-07-28 protocol: ask by returning ``input_required``, apply the answer on the retry.
+    """Approvals on the 2026-07-28 protocol: ask by answering ``input_required``, apply the answer on the retry.
 
-    Round one: the pipeline asks; the handler records the request and leaves it unanswered (nothing runs) and the
-    tool answers ``input_required`` with the question. Retry: the pipeline prepares the action again; if its
-    identity hash is the one the person answered about, the handler returns that answer, once. A changed action
-    is asked about again.
+    Round one: the pipeline asks; the handler records the request and cancels the call's scope, so the gate
+    records a cancelled wait (not a denial) and nothing runs; the tool answers ``input_required`` with the
+    question. Retry: the pipeline prepares the action again; if its identity is the one the person answered about,
+    the handler returns that answer, once. A changed action is asked about again.
     """
 
     owner: str | None
     answer: ElicitResult | None = None
     answered_identity: str | None = None
-    pending: Any = None
+    pending: ApprovalRequest | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
     @classmethod
     def from_context(cls, ctx: Context[Any, Any], owner: str | None) -> _InputRound:
@@ -349,22 +342,34 @@ class _InputRound:
                 round_.answered_identity = state.identity_hash
         return round_
 
-    async def handler(self, request: Any) -> bool | None:
-        identity = _request_identity(request)
-        if self.answer is not None and identity == self.answered_identity:
+    async def handler(self, request: ApprovalRequest) -> bool | None:
+        if self.answer is not None and hmac.compare_digest(request.identity, self.answered_identity or ""):
             answer, self.answer = self.answer, None
             return _decision(answer)
         self.pending = request
-        return None
+        # The question goes back to the client in this call's result; nobody answers it in this round.
+        self.scope.cancel()
+        await trio.sleep_forever()
 
     def question(self) -> InputRequiredResult:
         assert self.pending is not None
-        state = _RoundState(identity_hash=_request_identity(self.pending), owner=self.owner)
+        state = _RoundState(identity_hash=self.pending.identity, owner=self.owner)
         params = ElicitRequestFormParams(message=_approval_message(self.pending), requested_schema=APPROVAL_SCHEMA)
         return InputRequiredResult(
             input_requests={_APPROVAL_KEY: ElicitRequest(params=params)},
             request_state=state.model_dump_json(),
         )
+
+
+async def _gated(
+    round_: _InputRound | None, call: Callable[[], Awaitable[ToolResult]]
+) -> CallToolResult | InputRequiredResult:
+    """Run a gated tool call; on the 2026-07-28 protocol a pending approval turns into ``input_required``."""
+    if round_ is None:
+        return _tool_result(await call())
+    with round_.scope:
+        return _tool_result(await call())
+    return round_.question()  # only reached when the handler cancelled the round to ask
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -690,7 +695,7 @@ class McpSurface:
             return None, None
         related = ctx.request_id
 
-        async def ask(request: Any) -> bool | None:
+        async def ask(request: ApprovalRequest) -> bool | None:
             try:
                 answer = await session.elicit_form(
                     message=_approval_message(request), requested_schema=APPROVAL_SCHEMA, related_request_id=related
@@ -752,21 +757,22 @@ class McpSurface:
             owner = self._owner(ctx)
             session = await self._session(ctx, owner)
             handler, round_ = self._approval(ctx, owner)
-            result = await session.bash(
-                command,
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                timeout_ms=timeout_ms,
-                focus_mode=focus_mode,
-                intent=intent,
-                approval_handler=handler,
+            return await _gated(
+                round_,
+                partial(
+                    session.bash,
+                    command,
+                    cwd=cwd,
+                    env=env,
+                    stdin=stdin,
+                    timeout_ms=timeout_ms,
+                    focus_mode=focus_mode,
+                    intent=intent,
+                    approval_handler=handler,
+                ),
             )
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
-        if round_ is not None and round_.pending is not None:
-            return round_.question()
-        return _tool_result(result)
 
     async def write_file(
         self,
@@ -790,12 +796,9 @@ class McpSurface:
             owner = self._owner(ctx)
             session = await self._session(ctx, owner)
             handler, round_ = self._approval(ctx, owner)
-            result = await session.write_file(path, data, approval_handler=handler)
+            return await _gated(round_, partial(session.write_file, path, data, approval_handler=handler))
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
-        if round_ is not None and round_.pending is not None:
-            return round_.question()
-        return _tool_result(result)
 
     async def read_output(
         self,

@@ -1,13 +1,12 @@
 """A stand-in executor for the MCP surface's protocol plumbing (listing, auth, approvals round trips).
 
 Nothing here touches containers: the end-to-end tests in ``test_e2e.py`` run the real pipeline. This fake only
-records which commands "ran" and calls the approval handler the way the pipeline does: a command starting with
-``ask:`` needs an approval; without a handler it is blocked, and only ``True`` lets it run.
+records which commands "ran"; a command starting with ``ask:`` goes through the gate's real approval step
+(``request_approval``): without a handler it is blocked, and only ``True`` lets it run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -16,19 +15,12 @@ from typing import Any
 
 import trio
 
-from executor.errors import ArtifactNotFound, SessionNotFound, TaskNotFound
+from executor.errors import ActionDenied, ApprovalRequired, ArtifactNotFound, SessionNotFound, TaskNotFound
+from executor.gate.approvals import request_approval
+from executor.models import BashAction
 from executor.session import TaskInfo, ToolResult
 
 _ids = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class FakeApprovalRequest:
-    """What the pipeline hands an approval handler (the fields the surface reads)."""
-
-    identity_hash: str
-    summary: str
-    kind: str = "bash"
 
 
 @dataclass
@@ -41,21 +33,24 @@ class FakeSession:
     ran: list[str] = field(default_factory=list)
     tasks: dict[str, tuple[TaskInfo, str | None]] = field(default_factory=dict)
     closed_event: trio.Event = field(default_factory=trio.Event)
-    answers: list[bool | None] = field(default_factory=list)
+    asks: int = 0
 
     async def bash(self, command: str, *, approval_handler: Any = None, **_: Any) -> ToolResult:
         if command.startswith("ask:"):
-            if approval_handler is None:
-                return ToolResult(
-                    tool="bash",
-                    outcome="blocked",
-                    text="blocked: this command needs a person's approval and nobody can be asked; ask the user",
-                )
-            request = FakeApprovalRequest(identity_hash=hashlib.sha256(command.encode()).hexdigest(), summary=command)
-            answer = await approval_handler(request)
-            self.answers.append(answer)
-            if answer is not True:
-                return ToolResult(tool="bash", outcome="denied", text="not approved; nothing ran")
+            # The gate's own approval step: blocked without a handler, only True approves, cancellation propagates.
+            action = BashAction(session_id=self.id, command=command, cwd="/workspace", timeout_ms=1000)
+
+            async def identity() -> str:
+                return action.identity()
+
+            try:
+                await request_approval(action, approval_handler, current_identity=identity, reasons=("test rule",))
+            except ApprovalRequired as exc:
+                return ToolResult(tool="bash", outcome="blocked", text=str(exc))
+            except ActionDenied as exc:
+                return ToolResult(tool="bash", outcome="denied", text=str(exc))
+            finally:
+                self.asks += 1
         self.ran.append(command)
         return ToolResult(
             tool="bash",
