@@ -228,6 +228,9 @@ class JudgeSettings(_Section):
     """Provider calls one session may make; past it judgments fail closed."""
     max_response_bytes: int = Field(65_536, ge=256, le=16 * _MIB)
     """Largest provider answer accepted; a larger one fails closed."""
+    max_request_bytes: int = Field(131_072, ge=1024, le=16 * _MIB)
+    """Largest request body sent to the provider; larger material fails closed (ask) without a call, so an
+    oversized command or diff never costs a provider call."""
 
 
 class CacheSettings(_Section):
@@ -245,8 +248,9 @@ class GateSettings(_Section):
     policy_dir: Path = _REPO_ROOT / "policy"
     """Folder of policy TOML files; a profile names one by its stem."""
     trust: int = Field(1, ge=0, le=3)
-    """Trust level N: 0 asks about anything the judge flags, 1 asks on risk and denies on danger,
-    2 allows risk and asks on danger, 3 allows unless the judge or policy denies."""
+    """Trust level N over judged levels (0 none, 1 risk, 2 danger, 3 catastrophic): 0 asks on risk or any flag
+    and denies danger, 1 asks on risk and denies danger, 2 allows risk and asks on danger, 3 allows up to danger;
+    catastrophic is denied and a static ask/deny holds at every N."""
     judge: JudgeSettings = JudgeSettings()
     """The judge provider."""
     cache: CacheSettings = CacheSettings()

@@ -5,17 +5,23 @@ Every model is frozen and forbids unknown fields; variants carry a ``kind`` disc
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+import hashlib
+import json
+import shlex
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "Action",
     "Answer",
+    "BashAction",
     "CaptureSink",
     "Cause",
     "Decision",
     "FileKind",
     "FileState",
+    "JudgmentRecord",
     "JudgmentRequest",
     "ProcInfo",
     "Question",
@@ -24,6 +30,8 @@ __all__ = [
     "RunResult",
     "RunSpec",
     "StreamName",
+    "WriteAction",
+    "canonical_json",
 ]
 
 
@@ -183,3 +191,111 @@ class JudgmentRequest(_Model):
     """The material to judge, as JSON-able data; sandbox text inside it is data, never instructions."""
     session_id: str
     """The session the judgment is charged to (budgets are per session)."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """The one canonical JSON encoding hashed for identities: sorted keys, no spaces, ASCII, no NaN."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+_SHA256_RE = r"^[0-9a-f]{64}$"
+
+
+class BashAction(_Model):
+    """A prepared bash call: exactly what will run, hashed into the identity an approval is bound to."""
+
+    kind: Literal["bash"] = "bash"
+    """Discriminator."""
+    session_id: str
+    """The session the command runs in."""
+    command: str
+    """The command string, run as ``bash -c COMMAND``."""
+    cwd: str
+    """Absolute working directory inside the container."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Explicit environment entries the caller adds."""
+    stdin_sha256: str | None = Field(None, pattern=_SHA256_RE)
+    """Hex SHA-256 of the supplied stdin; None means /dev/null."""
+    timeout_ms: int = Field(ge=1)
+    """Deadline of the call, in milliseconds."""
+
+    def argv(self) -> tuple[str, ...] | None:
+        """The command's words as a POSIX shell would split them (``shlex``), or None when it does not parse."""
+        try:
+            return tuple(shlex.split(self.command, comments=False, posix=True))
+        except ValueError:
+            return None
+
+    def identity(self) -> str:
+        """Hex SHA-256 over the canonical JSON of every field plus the parsed executable arguments.
+
+        Changing any byte of the command, its arguments, cwd, env, stdin, timeout or session changes it.
+        """
+        argv = self.argv()
+        payload = {"v": 1, **self.model_dump(mode="json"), "argv": None if argv is None else list(argv)}
+        return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+class WriteAction(_Model):
+    """A prepared file write: the resolved path, the exact content and the target state that was reviewed."""
+
+    kind: Literal["write"] = "write"
+    """Discriminator."""
+    session_id: str
+    """The session the write happens in."""
+    path: str
+    """Resolved absolute path inside the container (no ``.``/``..`` components)."""
+    content_sha256: str = Field(pattern=_SHA256_RE)
+    """Hex SHA-256 of the exact bytes to be written."""
+    size: int = Field(ge=0)
+    """Length of the content in bytes."""
+    reviewed: FileState
+    """The target's state when the write was prepared; execution refuses any other state."""
+    diff: str = ""
+    """Unified diff shown for review (presentation only: not part of the identity, which binds the content)."""
+
+    @field_validator("path")
+    @classmethod
+    def _resolved_absolute(cls, value: str) -> str:
+        parts = value.split("/")
+        if not value.startswith("/") or "\0" in value or ".." in parts or "." in parts:
+            raise ValueError(f"{value!r} must be a resolved absolute path (no '.', '..' or NUL)")
+        return value
+
+    def identity(self) -> str:
+        """Hex SHA-256 over the canonical JSON of the session, path, content hash, size and reviewed state.
+
+        The diff is derived from content and reviewed state, so it is left out: a re-rendered diff must not
+        invalidate an approval, while any change to the bytes or to the target does.
+        """
+        payload = {"v": 1, **self.model_dump(mode="json", exclude={"diff"})}
+        return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+Action = Annotated[BashAction | WriteAction, Field(discriminator="kind")]
+"""A prepared action the gate judges: a bash call or a file write."""
+
+
+class JudgmentRecord(_Model):
+    """One judgment as the journal records it: who answered what, and where the answers came from."""
+
+    judgment_id: str
+    """Unique id of this judgment; replay resolves judgments by it, never by type or recency."""
+    reflex: Reflex
+    """The reflex that asked."""
+    provider: str
+    """The judge that answered (``rules``, ``openai:<model>``, ...)."""
+    table: QuestionTable
+    """The question table asked."""
+    table_hash: str
+    """Hex SHA-256 of the table's canonical JSON."""
+    answers: dict[str, Answer]
+    """Validated answers by question id; empty when the judgment failed."""
+    latency_ms: float
+    """Wall time of the judgment (near zero for a cache hit)."""
+    cache_hit: bool
+    """True when the answers came from the cache or a shared in-flight call rather than a provider call of its own."""
+    cached_from_judgment_id: str | None
+    """For a cache hit, the judgment whose answers were reused."""
+    error: str | None
+    """Why the judgment failed (the gate then failed closed); None on success."""

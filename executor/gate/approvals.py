@@ -1,0 +1,253 @@
+"""Approvals: a person (or a program) permits one exact action, once.
+
+Rules (each is tested):
+
+* An :class:`Approval` is a single-use token bound to the action's identity hash, which covers the session,
+  the exact command and its parsed arguments, cwd, env, stdin and timeout, or for a write the resolved
+  path, the content hash and the reviewed target state. :meth:`Approval.consume` refuses any other identity
+  and any second use.
+* Only a handler's literal ``True`` approves. ``False``, ``None`` (an empty answer), EOF, an exception, or
+  any other value denies (:class:`ActionDenied`); cancellation propagates. Elapsed time never approves:
+  a bound is a cancel scope around :func:`request_approval`, and expiry cancels.
+* When the handler has answered, ``current_identity()`` is asked again; if the action changed meanwhile
+  (for a write, the caller re-stats the target, and a changed file changes the identity) the approval is
+  invalidated (:class:`ApprovalInvalidated`) and nothing runs.
+* Without a handler (a non-interactive run) an ask raises :class:`ApprovalRequired` whose message is the
+  blocked tool result telling the agent to ask the user (:func:`blocked_result_text`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TextIO
+
+import trio
+from pydantic import BaseModel, ConfigDict
+
+from executor.errors import ActionDenied, ApprovalInvalidated, ApprovalRequired, ExecutorError
+from executor.models import BashAction, WriteAction
+
+__all__ = [
+    "Approval",
+    "ApprovalHandler",
+    "ApprovalRequest",
+    "CallbackApprovalHandler",
+    "TerminalApprovalHandler",
+    "blocked_result_text",
+    "printable",
+    "request_approval",
+    "summarize",
+]
+
+
+class ApprovalRequest(BaseModel):
+    """What a person is asked to approve."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    action: BashAction | WriteAction
+    """The exact action."""
+    identity: str
+    """Its identity hash; the approval binds to it."""
+    summary: str
+    """Human-readable: the command (with cwd, env, timeout) or the path and the proposed diff."""
+    reasons: tuple[str, ...] = ()
+    """Why the gate asks (matched rules, judge findings)."""
+
+
+class ApprovalHandler(Protocol):
+    """Answers approval requests: ``True`` approves; anything else, an exception or EOF denies."""
+
+    async def __call__(self, request: ApprovalRequest) -> bool | None:
+        """Return True to approve this exact action once."""
+        ...
+
+
+class Approval:
+    """A single-use permission for exactly one action identity."""
+
+    __slots__ = ("_used", "approval_id", "identity", "session_id")
+
+    def __init__(self, identity: str, session_id: str) -> None:
+        self.approval_id = f"ap-{secrets.token_hex(8)}"
+        self.identity = identity
+        self.session_id = session_id
+        self._used = False
+
+    @property
+    def used(self) -> bool:
+        """True once :meth:`consume` succeeded."""
+        return self._used
+
+    def consume(self, identity: str) -> None:
+        """Spend the approval on the action with ``identity``.
+
+        Raises:
+            ApprovalInvalidated: a different action (or session), or the approval was already used.
+        """
+        if self._used:
+            raise ApprovalInvalidated(
+                f"approval {self.approval_id} was already used; each approval runs one action once"
+            )
+        if not secrets.compare_digest(identity, self.identity):
+            raise ApprovalInvalidated(
+                f"approval {self.approval_id} was given for another action; nothing ran. Ask for approval again"
+            )
+        self._used = True
+
+    def __repr__(self) -> str:
+        return f"Approval({self.approval_id}, identity={self.identity[:12]}, used={self._used})"
+
+
+_VISIBLE = {"\n", "\t"}
+
+
+def printable(text: str, *, keep_newlines: bool = True) -> str:
+    """``text`` with control, invisible and bidirectional characters shown as escapes.
+
+    A command or diff shown to a person must not be able to hide part of itself (carriage returns,
+    terminal escapes, right-to-left overrides).
+    """
+    out: list[str] = []
+    for char in text:
+        code = ord(char)
+        if keep_newlines and char in _VISIBLE:
+            out.append(char)
+        elif (
+            code < 0x20
+            or 0x7F <= code < 0xA0
+            or 0x200B <= code <= 0x200F
+            or 0x202A <= code <= 0x202E
+            or (0x2066 <= code <= 0x2069)
+            or code == 0xFEFF
+        ):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def summarize(action: BashAction | WriteAction) -> str:
+    """The human-readable summary shown for approval: the command, or the path and the diff."""
+    if isinstance(action, BashAction):
+        lines = [
+            f"run in session {action.session_id}:",
+            f"  $ {printable(action.command, keep_newlines=False)}",
+            f"  cwd: {printable(action.cwd)}",
+            f"  timeout: {action.timeout_ms} ms",
+        ]
+        if action.env:
+            lines.append("  env: " + ", ".join(f"{printable(k)}={printable(v)}" for k, v in sorted(action.env.items())))
+        if action.stdin_sha256:
+            lines.append(f"  stdin: sha256 {action.stdin_sha256}")
+        return "\n".join(lines)
+    target = "new file" if action.reviewed.kind == "missing" else f"replaces a {action.reviewed.kind} file"
+    lines = [
+        f"write in session {action.session_id}: {printable(action.path)} ({target}, {action.size} bytes, "
+        f"sha256 {action.content_sha256[:16]})"
+    ]
+    lines.append(printable(action.diff) if action.diff else "(no diff available)")
+    return "\n".join(lines)
+
+
+def blocked_result_text(request: ApprovalRequest) -> str:
+    """The tool result an agent gets when an action needs approval and nobody can give it."""
+    why = "; ".join(request.reasons) if request.reasons else "the gate asks for a person's review"
+    kind = "command" if isinstance(request.action, BashAction) else "write"
+    return (
+        f"BLOCKED: this {kind} needs a person's approval and this run has no one to approve it, so nothing ran. "
+        f"Ask the user to review and approve it (or to run it themselves). Why: {why}.\n{request.summary}"
+    )
+
+
+class TerminalApprovalHandler:
+    """Asks on a terminal: shows the command or the diff, reads one line; default No, EOF denies.
+
+    The blocking read runs in a worker thread abandoned on cancellation, so a cancelled run never waits
+    for a keypress.
+    """
+
+    def __init__(self, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
+        """Args:
+        stdin: where the answer is read (default ``sys.stdin``).
+        stdout: where the question is shown (default ``sys.stderr``, so stdout stays machine-readable).
+        """
+        self._stdin = stdin if stdin is not None else sys.stdin
+        self._stdout = stdout if stdout is not None else sys.stderr
+
+    async def __call__(self, request: ApprovalRequest) -> bool:
+        """Show ``request`` and return True only for an explicit yes."""
+        out = self._stdout
+        out.write("\n=== approval needed ===\n")
+        for reason in request.reasons:
+            out.write(f"  why: {printable(reason, keep_newlines=False)}\n")
+        out.write(request.summary + "\n")
+        out.write("Approve this exact action once? [y/N] ")
+        out.flush()
+        line = await trio.to_thread.run_sync(self._stdin.readline, abandon_on_cancel=True)
+        if not line:
+            out.write("\n(end of input: denied)\n")
+            return False
+        return line.strip().lower() in ("y", "yes")
+
+
+class CallbackApprovalHandler:
+    """Approvals from the Python API: an async callback returns True to approve."""
+
+    def __init__(self, callback: Callable[[ApprovalRequest], Awaitable[bool | None]]) -> None:
+        self._callback = callback
+
+    async def __call__(self, request: ApprovalRequest) -> bool | None:
+        """Whatever the callback answers (only ``True`` approves)."""
+        return await self._callback(request)
+
+
+async def request_approval(
+    action: BashAction | WriteAction,
+    handler: ApprovalHandler | None,
+    *,
+    current_identity: Callable[[], Awaitable[str]],
+    reasons: Sequence[str] = (),
+) -> Approval:
+    """Ask ``handler`` to approve ``action`` and return a single-use :class:`Approval` for it.
+
+    Args:
+        action: the exact prepared action.
+        handler: who answers; None for a non-interactive run.
+        current_identity: recomputes the action's identity at resolution (for a write: re-stat the target
+            and rebuild the action), so a change during review is caught.
+        reasons: why the gate asks, shown to the person.
+
+    Raises:
+        ApprovalRequired: no handler; the message is the blocked tool result for the agent.
+        ActionDenied: denied, EOF, an empty or non-True answer, or the handler failed.
+        ApprovalInvalidated: the action changed between request and resolution.
+        trio.Cancelled: cancellation (including a time bound) propagates; nothing is approved.
+    """
+    identity = action.identity()
+    request = ApprovalRequest(action=action, identity=identity, summary=summarize(action), reasons=tuple(reasons))
+    if handler is None:
+        raise ApprovalRequired(blocked_result_text(request))
+    try:
+        answer = await handler(request)
+    except Exception as exc:
+        raise ActionDenied(
+            f"the approval handler failed ({type(exc).__name__}); treated as a denial, nothing ran"
+        ) from exc
+    if answer is not True:
+        shown = (
+            "no answer" if answer is None else "denied" if answer is False else f"unrecognised answer {answer!r:.40}"
+        )
+        raise ActionDenied(f"approval {shown}; nothing ran")
+    try:
+        now = await current_identity()
+    except ExecutorError as exc:
+        raise ApprovalInvalidated(f"the action could not be re-checked after approval ({exc}); nothing ran") from exc
+    if not secrets.compare_digest(now, identity):
+        raise ApprovalInvalidated(
+            "the action changed while it waited for approval (command, arguments or the file under review); "
+            "nothing ran. Prepare it again and ask for a new approval"
+        )
+    return Approval(identity, action.session_id)

@@ -1,0 +1,390 @@
+"""The embedded, offline, deterministic judge of the ``gate`` reflex (pure).
+
+It answers :data:`~executor.gate.decision.GATE_TABLE` from the action alone: destructive operations,
+network exfiltration, privilege changes, obfuscation (base64-to-shell, eval, ``$(printf ...)``, hex
+escapes, quoting tricks, unparseable shell) and writes to sensitive areas. It is the floor under every
+other judge: the gate always runs it, and another judge can only make the verdict stricter.
+
+Sandbox material (``sandbox_data``: command output, file content) is only ever scanned for text that
+tries to instruct the reviewer; nothing in it can lower a level. Every pattern is bounded so that a
+hostile 256 KiB command cannot make the scan slow.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from executor.gate.shell import ParsedCommand, parse_command
+from executor.models import Answer, JudgmentRequest
+
+__all__ = ["Findings", "answer", "assess_command", "assess_path", "find_instructions"]
+
+_ROOTISH = re.compile(
+    r"^(/+|/+\*|~/?|~/\*|\$\{?HOME\}?/?|\$\{?HOME\}?/\*|"
+    r"/+(bin|boot|dev|etc|home|lib|lib32|lib64|opt|root|sbin|srv|usr|var|proc|sys)/*\*?)$"
+)
+_DISK = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|mapper|md|loop)")
+_NET_TOOLS = frozenset(
+    {"curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "rsync", "ftp", "telnet", "fetch"}
+)
+_PRIV_TOOLS = frozenset(
+    {
+        "sudo",
+        "su",
+        "doas",
+        "pkexec",
+        "setcap",
+        "chroot",
+        "nsenter",
+        "unshare",
+        "capsh",
+        "mount",
+        "umount",
+        "useradd",
+        "usermod",
+        "userdel",
+        "groupadd",
+        "passwd",
+        "chpasswd",
+        "visudo",
+        "docker",
+        "kubectl",
+        "podman",
+    }
+)
+_PACKAGE_TOOLS = frozenset({"pip", "pip3", "npm", "yarn", "pnpm", "cargo", "gem", "go", "apt", "apt-get", "apk"})
+_KERNEL_TOOLS = frozenset({"insmod", "modprobe", "rmmod", "kexec", "sysctl"})
+_DISK_TOOLS = frozenset({"mkfs", "mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted", "blkdiscard"})
+_INTERPRETERS = re.compile(r"^(python[0-9.]*|perl|ruby|node|php)$")
+_UPLOAD_FLAGS = re.compile(
+    r"^(-d|--data.*|-F|--form.*|-T|--upload-file|--post-data.*|--post-file.*|-X|--request|--json)(=.*)?$"
+    r"|^-[a-zA-Z]*[dFT]$"
+)
+_SECRET_WORDS = re.compile(
+    r"(\.ssh/|id_rsa|id_ed25519|id_ecdsa|\.aws/|\.netrc|\.git-credentials|/etc/shadow|\.env\b|credentials|"
+    r"\$\{?[A-Z_]*(KEY|TOKEN|SECRET|PASSWORD)[A-Z_]*\}?|\bprintenv\b|\benv\s*\|)",
+    re.IGNORECASE,
+)
+_DECODE_TO_SHELL = re.compile(
+    r"\b(base64|base32|xxd|openssl\s{1,8}(enc|base64)|gunzip|zcat|rev)\b[^;&\n]{0,512}\|\s{0,8}(sudo\s{1,8})?"
+    r"(\S{0,64}/)?((ba|da|z|k|a)?sh|python[0-9.]*|perl|ruby|node)\b"
+)
+_FETCH_TO_SHELL = re.compile(
+    r"\b(curl|wget|fetch)\b[^|;&\n]{0,512}\|\s{0,8}(sudo\s{1,8})?(\S{0,64}/)?((ba|da|z|k|a)?sh|python[0-9.]*|perl|ruby"
+    r"|node|php)\b|\b((ba|da|z|k)?sh|source|\.)\s{1,8}<\(\s{0,8}(curl|wget)|\$\(\s{0,8}(curl|wget)"
+)
+_DECODE_SUBST = re.compile(r"\$\([^)]{0,512}\b(base64|xxd|printf|rev|openssl)\b")
+_PIPE_TO_SHELL = re.compile(r"\|\s{0,8}(sudo\s{1,8})?(\S{0,64}/)?(ba|da|z|k|a)?sh(\s|$)")
+_ESCAPES = re.compile(r"\\x[0-9a-fA-F]{2}|\\[0-7]{3}|\\u[0-9a-fA-F]{4}|\$'[^']{0,512}\\")
+_IFS = re.compile(r"\$\{?IFS\}?")
+_DYNAMIC_CODE = re.compile(r"\b(exec|eval|compile|__import__|b64decode|fromhex|pack|decode)\s{0,4}\(")
+_CODE_DELETE = re.compile(r"\b(unlink|rmtree|remove|rmdir|os\.system|subprocess|shutil)\b")
+_FORK_BOMB = re.compile(r"(?<![\w:.-])([\w:.-]{1,64})\s{0,8}\(\)\s{0,8}\{[^}]{0,512}?\1\s{0,8}\|\s{0,8}\1\s{0,8}&")
+_DEV_TCP = re.compile(r"/dev/(tcp|udp)/")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_INSTRUCTIONS = re.compile(
+    r"(ignore\s{1,8}(all\s{1,8})?(the\s{1,8})?(previous|prior|above)\s{1,8}(instructions|rules)|"
+    r"pre-?approved|answer\s{1,8}\W?allow|auto-?approve|you\s{1,8}are\s{1,8}now|"
+    r"(^|\n)\s{0,16}(system|assistant|developer)\s{0,4}:|"
+    r"<\|?(im_start|system)\|?>|\bdisregard\b.{0,64}\b(instructions|policy)|do\s{1,8}not\s{1,8}ask\s{1,8}the\s{1,8}user)",
+    re.IGNORECASE,
+)
+_WRITING_TOOLS = frozenset({"tee", "cp", "mv", "ln", "install", "touch", "truncate", "rsync", "dd", "sed", "chmod"})
+_SCAN_LIMIT = 1_000_000
+"""Characters of sandbox material scanned for instructions (the rest is not read)."""
+
+
+@dataclass
+class Findings:
+    """Levels per gate question plus the reasons behind them."""
+
+    levels: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("destructive", "exfiltration", "privilege", "obfuscation", "sensitive_path"), 0
+        )
+    )
+    instructions: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+    def raise_to(self, question: str, level: int, reason: str) -> None:
+        """Record ``reason`` and raise ``question`` to at least ``level``."""
+        if level > self.levels[question]:
+            self.levels[question] = level
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def answers(self) -> dict[str, Answer]:
+        """The findings as gate-table answers."""
+        out: dict[str, Answer] = dict(self.levels)
+        out["instructions_in_material"] = self.instructions
+        return out
+
+
+def _under(path: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return root == "/" or path == root or path.startswith(root + "/")
+
+
+def assess_path(path: str, findings: Findings, *, workspace: str, home: str, writing: bool = True) -> None:
+    """Raise ``sensitive_path`` (and ``privilege``) for a path a command or write may write."""
+    if path.startswith("~"):
+        path = home + path[1:]
+    path = path.replace("$HOME", home).replace("${HOME}", home)
+    if not path.startswith("/"):
+        path = posixpath.join(workspace, path)
+    path = posixpath.normpath(path)
+    parts = path.split("/")
+    name = parts[-1]
+    if ".git" in parts:
+        rest = parts[parts.index(".git") + 1 :]
+        if "hooks" in rest or rest[-1:] == ["config"]:
+            findings.raise_to("sensitive_path", 3, f"writes git hooks or git config ({path}), which run on the host")
+            return
+    if path.startswith("/etc/sudoers"):
+        findings.raise_to("sensitive_path", 3, f"writes {path}")
+        findings.raise_to("privilege", 3, "changes sudo rules")
+        return
+    if (
+        name
+        in {
+            ".bashrc",
+            ".bash_profile",
+            ".bash_login",
+            ".bash_logout",
+            ".profile",
+            ".zshrc",
+            ".zshenv",
+            ".zprofile",
+            ".zlogin",
+            ".kshrc",
+            ".cshrc",
+            ".tcshrc",
+            ".gitconfig",
+        }
+        or ".ssh" in parts
+    ):
+        findings.raise_to("sensitive_path", 2, f"writes a start-up, ssh or git config file ({path})")
+        return
+    top = parts[1] if len(parts) > 1 else ""
+    if top in {"etc", "usr", "bin", "sbin", "lib", "lib64", "boot", "var", "opt", "root", "proc", "sys"}:
+        findings.raise_to("sensitive_path", 2, f"writes a system folder ({path})")
+        return
+    if (
+        name in {".envrc", ".gitattributes", ".gitmodules", ".gitlab-ci.yml", ".pre-commit-config.yaml"}
+        or any(part in {".vscode", ".idea"} for part in parts)
+        or "/.github/workflows/" in path
+    ):
+        findings.raise_to("sensitive_path", 1, f"writes host tool or CI configuration ({path})")
+        return
+    if path.startswith("/dev/"):
+        if _DISK.match(path):
+            findings.raise_to("destructive", 3, f"writes the raw device {path}")
+        return
+    if writing and not _under(path, workspace) and not _under(path, "/tmp"):
+        findings.raise_to("sensitive_path", 1, f"writes outside the workspace ({path})")
+
+
+def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str, home: str) -> None:
+    name = argv[0]
+    args = argv[1:]
+    flags = [arg for arg in args if arg.startswith("-")]
+    operands = [arg for arg in args if not arg.startswith("-")]
+    if name == "rm":
+        recursive = any(
+            flag in ("--recursive", "-R") or (not flag.startswith("--") and ("r" in flag or "R" in flag))
+            for flag in flags
+        )
+        if "--no-preserve-root" in flags or (recursive and any(_ROOTISH.match(op) for op in operands)):
+            findings.raise_to("destructive", 3, "recursively deletes /, a system folder or the home folder")
+        elif recursive:
+            outside = [
+                op
+                for op in operands
+                if op.startswith("/")
+                and not _under(posixpath.normpath(op), workspace)
+                and not _under(posixpath.normpath(op), "/tmp")
+            ]
+            if outside:
+                findings.raise_to("destructive", 2, f"recursively deletes outside the workspace ({outside[0]})")
+            else:
+                findings.raise_to("destructive", 1, "recursively deletes files")
+    elif name in _DISK_TOOLS or name.startswith("mkfs."):
+        findings.raise_to("destructive", 3, f"{name} destroys a filesystem or disk")
+    elif name == "dd":
+        for arg in args:
+            if arg.startswith("of="):
+                assess_path(arg[3:], findings, workspace=workspace, home=home)
+    elif name == "shred":
+        findings.raise_to("destructive", 3 if any(_DISK.match(op) for op in operands) else 2, "shreds data")
+    elif name == "find":
+        if "-delete" in args or any(a in ("rm", "/bin/rm") for a in args):
+            if any(_ROOTISH.match(op) for op in operands[:1]):
+                findings.raise_to("destructive", 3, "find deletes from / or the home folder")
+            else:
+                findings.raise_to("destructive", 1, "find deletes what it matches")
+    elif name == "git" and args:
+        sub = next((arg for arg in args if not arg.startswith("-")), "")
+        rest = args[args.index(sub) + 1 :] if sub else ()
+        if sub == "push":
+            if any(a.startswith(("--force", "+")) or a in ("-f", "--delete", "--mirror") for a in rest):
+                findings.raise_to("destructive", 2, "force-pushes or deletes remote history")
+            findings.raise_to("exfiltration", 1, "pushes code to a remote")
+        elif sub == "reset" and "--hard" in rest:
+            findings.raise_to("destructive", 1, "discards uncommitted work (reset --hard)")
+        elif sub == "clean" and any(a.startswith("-") and "f" in a for a in rest):
+            findings.raise_to("destructive", 1, "deletes untracked files (clean -f)")
+        elif sub == "config":
+            joined = " ".join(rest).lower()
+            if re.search(r"hookspath|fsmonitor|pager|editor|sshcommand|alias\.|filter\.|credential", joined):
+                findings.raise_to("sensitive_path", 3, "sets a git config key that runs programs on the host")
+            elif "--global" in rest or "--system" in rest:
+                findings.raise_to("sensitive_path", 2, "changes global git configuration")
+    elif name in ("kill", "pkill", "killall") and (name != "kill" or "-1" in args):
+        findings.raise_to("destructive", 1, "kills processes beyond its own")
+    if name in _NET_TOOLS:
+        findings.raise_to("exfiltration", 1, f"uses the network ({name})")
+        uploads = any(_UPLOAD_FLAGS.match(arg) for arg in args) or (
+            name in ("scp", "rsync") and operands and ":" in operands[-1]
+        )
+        if uploads:
+            findings.raise_to("exfiltration", 2, f"uploads data ({name})")
+    elif name in _PACKAGE_TOOLS and any(arg in ("install", "add", "get", "update", "upgrade") for arg in args):
+        findings.raise_to("exfiltration", 1, f"downloads packages ({name})")
+    if name in _PRIV_TOOLS:
+        findings.raise_to("privilege", 2, f"changes privileges or confinement ({name})")
+    elif name in _KERNEL_TOOLS:
+        findings.raise_to("privilege", 3, f"changes the kernel ({name})")
+    elif name == "chmod":
+        mode = operands[0] if operands else ""
+        recursive = any((flag.startswith("-") and "R" in flag) or flag == "--recursive" for flag in flags)
+        if recursive and any(_ROOTISH.match(op) for op in operands[1:]):
+            findings.raise_to("privilege", 3, "changes permissions of / or a system folder recursively")
+        elif re.fullmatch(r"[0-7]?[2467][0-7]{3}", mode) or re.search(r"[ugoa]*[+=][rwxXt]*s", mode):
+            findings.raise_to("privilege", 2, "sets a setuid or setgid bit")
+        elif "777" in mode or "o+w" in mode or "a+w" in mode:
+            findings.raise_to("privilege", 1, "makes files world-writable")
+    elif name == "chown":
+        recursive = any(flag.startswith("-") and "R" in flag for flag in flags)
+        if recursive and any(_ROOTISH.match(op) for op in operands[1:]):
+            findings.raise_to("privilege", 3, "changes ownership of / or a system folder recursively")
+        else:
+            findings.raise_to("privilege", 1, "changes file ownership")
+    if name == "eval" or (name in ("source", ".") and args):
+        findings.raise_to("obfuscation", 2 if name == "eval" else 1, f"runs text as code ({name})")
+    elif _INTERPRETERS.match(name) and any(flag in ("-c", "-e", "-E", "-r") for flag in flags):
+        code = " ".join(operands)
+        if _DYNAMIC_CODE.search(code):
+            findings.raise_to("obfuscation", 2, f"{name} builds code at run time (exec/eval/decode)")
+        if _CODE_DELETE.search(code):
+            findings.raise_to("destructive", 1, f"{name} one-liner deletes files or runs commands")
+    if name in _WRITING_TOOLS:
+        if name == "sed" and not any(flag.startswith("-i") or flag == "--in-place" for flag in flags):
+            return
+        targets = operands[-1:] if name in ("cp", "mv", "ln", "install", "rsync") else operands
+        if name == "chmod":
+            targets = operands[1:]
+        for target in targets:
+            assess_path(target, findings, workspace=workspace, home=home)
+
+
+def assess_command(command: str, findings: Findings, *, workspace: str, home: str) -> ParsedCommand:
+    """Raise levels for everything a bash command string might do."""
+    parsed = parse_command(command)
+    if not parsed.parsed:
+        findings.raise_to("obfuscation", 2, "the command does not parse cleanly or nests too deep to read")
+    if _FETCH_TO_SHELL.search(command):
+        findings.raise_to("obfuscation", 3, "runs code fetched from the network without showing it")
+    if _DECODE_TO_SHELL.search(command):
+        findings.raise_to("obfuscation", 3, "decodes a payload straight into a shell or interpreter")
+    if _DECODE_SUBST.search(command):
+        findings.raise_to("obfuscation", 2, "builds words from decoded or printf output")
+    if _PIPE_TO_SHELL.search(command):
+        findings.raise_to("obfuscation", 2, "pipes generated text into a shell")
+    if _ESCAPES.search(command):
+        findings.raise_to("obfuscation", 2, "uses hex, octal or unicode escapes")
+    if _IFS.search(command):
+        findings.raise_to("obfuscation", 2, "uses $IFS to hide word boundaries")
+    if _CONTROL.search(command):
+        findings.raise_to("obfuscation", 2, "contains control or invisible characters")
+    if "`" in command:
+        findings.raise_to("obfuscation", 1, "uses backtick substitution")
+    if _FORK_BOMB.search(command):
+        findings.raise_to("destructive", 3, "defines a fork bomb")
+    if _DEV_TCP.search(command):
+        findings.raise_to("exfiltration", 2, "opens a raw /dev/tcp or /dev/udp socket")
+    network = any(candidate[0] in _NET_TOOLS for candidate in parsed.candidates) or bool(_DEV_TCP.search(command))
+    if network and _SECRET_WORDS.search(command):
+        findings.raise_to("exfiltration", 3, "sends secrets (keys, tokens, credentials) over the network")
+    for segment in parsed.segments:
+        word = segment[0]
+        if "$" in word or "`" in word or word.startswith(("(", "{")):
+            findings.raise_to("obfuscation", 2, "the command name itself is computed at run time")
+        elif word not in command:
+            findings.raise_to("obfuscation", 2, f"the command name {word[:40]!r} is spelled with quotes or escapes")
+    for candidate in parsed.candidates:
+        _assess_candidate(candidate, findings, workspace, home)
+    for target in parsed.redirect_targets:
+        assess_path(target, findings, workspace=workspace, home=home)
+    return parsed
+
+
+def find_instructions(texts: Iterable[str]) -> bool:
+    """True when any text (bounded scan) tries to instruct the reviewer or claims pre-approval."""
+    budget = _SCAN_LIMIT
+    for text in texts:
+        if budget <= 0:
+            break
+        if _INSTRUCTIONS.search(text[:budget]):
+            return True
+        budget -= len(text)
+    return False
+
+
+def _strings(value: object, depth: int = 0) -> Iterable[str]:
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item, depth + 1)
+
+
+def judge_material(material: Mapping[str, object]) -> Findings:
+    """Findings for gate material as :class:`~executor.gate.gate.Gate` builds it."""
+    findings = Findings()
+    action = material.get("action")
+    workspace = str(material.get("workspace") or "/workspace")
+    home = str(material.get("home") or "/home/agent")
+    if not isinstance(action, Mapping):
+        findings.raise_to("obfuscation", 2, "the material holds no action to judge")
+        return findings
+    if action.get("kind") == "bash":
+        command = action.get("command")
+        if not isinstance(command, str):
+            findings.raise_to("obfuscation", 2, "the action has no command string")
+        else:
+            assess_command(command, findings, workspace=workspace, home=home)
+    elif action.get("kind") == "write":
+        path = action.get("path")
+        if not isinstance(path, str):
+            findings.raise_to("sensitive_path", 2, "the write has no path")
+        else:
+            assess_path(path, findings, workspace=workspace, home=home)
+    else:
+        findings.raise_to("obfuscation", 2, "unknown action kind")
+    findings.instructions = find_instructions(_strings(material.get("sandbox_data"))) or find_instructions(
+        _strings(action)
+    )
+    return findings
+
+
+def answer(request: JudgmentRequest) -> dict[str, Answer]:
+    """Answers to the gate table for ``request`` (the rules provider's entry point)."""
+    return judge_material(request.material).answers()

@@ -1,0 +1,442 @@
+"""Static policy: TOML rules over commands and write paths, checked against their own examples at load (pure).
+
+A policy file (``policy/<name>.toml``, chosen per profile by ``Profile.policy``) holds rules::
+
+    [[command]]
+    name = "sudo"
+    decision = "deny"                      # allow | ask | deny
+    justification = "Privilege changes are not available in a session."
+    prefix = ["sudo", "doas"]             # literal leading words (argv[0] also matched by basename)
+    argv = ["git ... push ... --force*"]   # word globs ('re:' prefix: a regex), '...' any run of words; anchored
+    regex = ['curl[^|]*\\|\\s*sh\\b']      # Python regex searched in the raw command string
+    unless_regex = ["--output"]            # the rule does not match when any of these is found
+    examples.match = ["sudo ls"]
+    examples.no_match = ["echo sudo"]
+
+    [[path]]
+    name = "git-hooks"
+    decision = "deny"
+    justification = "Hooks run on the host the next time someone uses git."
+    glob = ["**/.git/hooks/**"]            # '**' any folders, '*' within one folder; {workspace}, {home}
+    outside = "{workspace}"                # matches every path not at or below this folder
+    unless_glob = []
+    examples.match = ["{workspace}/.git/hooks/pre-commit"]
+    examples.no_match = ["{workspace}/src/hooks.py"]
+
+Semantics:
+
+* Command rules apply to bash actions, path rules to write actions.
+* An ``allow`` command rule only matches a command that is one simple command with no shell metacharacter
+  (see :mod:`executor.gate.shell`), and only by its own first words: ``ls`` never allows ``ls; rm -rf /``.
+* ``ask`` and ``deny`` command rules match every simple command the string might run: each part of a list
+  or pipeline, substitutions, ``bash -c`` strings, and what wrappers such as ``sudo`` or ``env`` run.
+* The strictest matching rule wins (deny > ask > allow); no match means no static decision.
+* Every rule needs at least one ``examples.match``; each example is checked at load, so a rule that
+  disagrees with its examples fails to load with a :class:`~executor.errors.ConfigError` naming the file,
+  the rule and the example.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import posixpath
+import re
+import shlex
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from executor.config import GateSettings, Profile
+from executor.errors import ConfigError
+from executor.gate.decision import strictest
+from executor.gate.shell import ParsedCommand, parse_command
+from executor.models import BashAction, Decision, WriteAction
+
+__all__ = [
+    "CommandRule",
+    "PathRule",
+    "Policy",
+    "RuleMatch",
+    "StaticVerdict",
+    "load_policy",
+    "load_profile_policy",
+    "policy_path",
+]
+
+_POLICY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Examples(_Spec):
+    match: list[str] = Field(min_length=1)
+    no_match: list[str] = []
+
+
+class _RuleSpec(_Spec):
+    name: str = Field(min_length=1, max_length=80)
+    decision: Decision
+    justification: str = Field(min_length=1)
+    examples: _Examples
+
+
+class _CommandSpec(_RuleSpec):
+    prefix: list[str] = []
+    argv: list[str] = []
+    regex: list[str] = []
+    unless_regex: list[str] = []
+
+
+class _PathSpec(_RuleSpec):
+    glob: list[str] = []
+    outside: str | None = None
+    unless_glob: list[str] = []
+
+
+class _FileSpec(_Spec):
+    description: str = ""
+    command: list[_CommandSpec] = []
+    path: list[_PathSpec] = []
+
+
+class RuleMatch(BaseModel):
+    """A rule that matched an action."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    rule: str
+    """The rule's name."""
+    kind: Literal["command", "path"]
+    """Which kind of rule."""
+    decision: Decision
+    """The rule's decision."""
+    justification: str
+    """Why the rule exists, as shown to people."""
+
+
+class StaticVerdict(BaseModel):
+    """What static policy alone says about an action."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    policy: str
+    """Name of the policy file (its stem)."""
+    policy_sha256: str
+    """Hex SHA-256 of the policy file's bytes, so a journal names the exact rules that were applied."""
+    decision: Decision | None
+    """The strictest matching rule's decision; None when no rule matched."""
+    matches: tuple[RuleMatch, ...]
+    """Every matching rule, strictest first."""
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out: list[str] = []
+    index = 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            out.append("(?:.*/)?")
+            index += 3
+        elif pattern.startswith("/**", index) and index + 3 == len(pattern):
+            out.append("(?:/.*)?")
+            index += 3
+        elif pattern.startswith("**", index):
+            out.append(".*")
+            index += 2
+        elif pattern[index] == "*":
+            out.append("[^/]*")
+            index += 1
+        elif pattern[index] == "?":
+            out.append("[^/]")
+            index += 1
+        elif pattern[index] == "[":
+            end = pattern.find("]", index + 2)
+            if end == -1:
+                out.append(re.escape("["))
+                index += 1
+            else:
+                body = pattern[index + 1 : end].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                index = end + 1
+        else:
+            out.append(re.escape(pattern[index]))
+            index += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _word_match(word: str, token: str) -> bool:
+    if token.startswith("re:"):
+        return re.fullmatch(token[3:], word) is not None
+    return fnmatch.fnmatchcase(word, token)
+
+
+def _argv_match(pattern: Sequence[str], argv: Sequence[str]) -> bool:
+    """Word patterns ('re:' regex or glob), '...' = any run of words; anchored at the start, open at the end."""
+    if pattern and pattern[0] != "..." and not (argv and _word_match(argv[0], pattern[0])):
+        return False  # cheap rejection: almost every rule fails on argv[0]
+    # reachable[j]: the pattern tokens seen so far can consume exactly argv[:j].
+    reachable = [True] + [False] * len(argv)
+    for token in pattern:
+        if token == "...":
+            seen = False
+            for j in range(len(argv) + 1):
+                seen = seen or reachable[j]
+                reachable[j] = seen
+        else:
+            reachable = [False] + [reachable[j] and _word_match(argv[j], token) for j in range(len(argv))]
+        if not any(reachable):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class CommandRule:
+    """A compiled command rule (see the module docstring)."""
+
+    name: str
+    decision: Decision
+    justification: str
+    prefixes: tuple[tuple[str, ...], ...]
+    argv_patterns: tuple[tuple[str, ...], ...]
+    regexes: tuple[re.Pattern[str], ...]
+    unless: tuple[re.Pattern[str], ...]
+
+    def matches(self, command: str, parsed: ParsedCommand | None = None) -> bool:
+        """True when this rule applies to ``command``."""
+        if any(pattern.search(command) for pattern in self.unless):
+            return False
+        if parsed is None:
+            parsed = parse_command(command)
+        if self.decision == "allow":
+            # Allow only ever speaks for one plain simple command, by its own words as written.
+            if not parsed.simple:
+                return False
+            first = parsed.segments[0]
+            argvs: tuple[tuple[str, ...], ...] = (first, (posixpath.basename(first[0]), *first[1:]))
+        else:
+            argvs = parsed.candidates
+        for argv in argvs:
+            if any(argv[: len(prefix)] == prefix for prefix in self.prefixes):
+                return True
+            if any(_argv_match(pattern, argv) for pattern in self.argv_patterns):
+                return True
+        return any(pattern.search(command) for pattern in self.regexes)
+
+
+@dataclass(frozen=True)
+class PathRule:
+    """A compiled path rule (see the module docstring)."""
+
+    name: str
+    decision: Decision
+    justification: str
+    globs: tuple[re.Pattern[str], ...]
+    outside: str | None
+    unless: tuple[re.Pattern[str], ...]
+
+    def matches(self, path: str) -> bool:
+        """True when this rule applies to the resolved absolute ``path``."""
+        path = posixpath.normpath(path)
+        if path.startswith("//"):
+            path = "/" + path.lstrip("/")
+        if any(pattern.fullmatch(path) for pattern in self.unless):
+            return False
+        if any(pattern.fullmatch(path) for pattern in self.globs):
+            return True
+        if self.outside is not None:
+            root = self.outside.rstrip("/") or "/"
+            return not (path == root or path.startswith(root + "/") or root == "/")
+        return False
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A loaded, example-checked static policy."""
+
+    name: str
+    """The file's stem."""
+    sha256: str
+    """Hex SHA-256 of the file's bytes."""
+    description: str
+    command_rules: tuple[CommandRule, ...]
+    path_rules: tuple[PathRule, ...]
+    workspace: str = "/workspace"
+    """The workspace ``{workspace}`` was filled with."""
+    home: str = "/home/agent"
+    """The home folder ``{home}`` was filled with."""
+
+    def evaluate(self, action: BashAction | WriteAction) -> StaticVerdict:
+        """The static verdict for ``action``: the strictest matching rule, or None when nothing matched."""
+        found: list[RuleMatch] = []
+        if isinstance(action, BashAction):
+            parsed = parse_command(action.command)
+            for rule in self.command_rules:
+                if rule.matches(action.command, parsed):
+                    found.append(
+                        RuleMatch(
+                            rule=rule.name, kind="command", decision=rule.decision, justification=rule.justification
+                        )
+                    )
+        else:
+            for path_rule in self.path_rules:
+                if path_rule.matches(action.path):
+                    found.append(
+                        RuleMatch(
+                            rule=path_rule.name,
+                            kind="path",
+                            decision=path_rule.decision,
+                            justification=path_rule.justification,
+                        )
+                    )
+        order = {"deny": 0, "ask": 1, "allow": 2}
+        found.sort(key=lambda match: order[match.decision])
+        decision = strictest(*(match.decision for match in found)) if found else None
+        return StaticVerdict(policy=self.name, policy_sha256=self.sha256, decision=decision, matches=tuple(found))
+
+
+def _fill(text: str, workspace: str, home: str) -> str:
+    return text.replace("{workspace}", workspace.rstrip("/")).replace("{home}", home.rstrip("/"))
+
+
+def _compile_regexes(where: str, patterns: list[str]) -> tuple[re.Pattern[str], ...]:
+    compiled: list[re.Pattern[str]] = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise ConfigError(f"{where}: regex {pattern!r} does not compile: {exc}") from exc
+    return tuple(compiled)
+
+
+def _split_words(where: str, text: str) -> tuple[str, ...]:
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: pattern {text!r} does not split into words: {exc}") from exc
+    if not words:
+        raise ConfigError(f"{where}: empty pattern")
+    return words
+
+
+def _command_rule(where: str, spec: _CommandSpec) -> CommandRule:
+    if not (spec.prefix or spec.argv or spec.regex):
+        raise ConfigError(f"{where}: needs at least one of 'prefix', 'argv' or 'regex'")
+    return CommandRule(
+        name=spec.name,
+        decision=spec.decision,
+        justification=spec.justification,
+        prefixes=tuple(_split_words(where, text) for text in spec.prefix),
+        argv_patterns=tuple(_split_words(where, text) for text in spec.argv),
+        regexes=_compile_regexes(where, spec.regex),
+        unless=_compile_regexes(where, spec.unless_regex),
+    )
+
+
+def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str) -> PathRule:
+    if not (spec.glob or spec.outside):
+        raise ConfigError(f"{where}: needs 'glob' or 'outside'")
+    outside = None
+    if spec.outside is not None:
+        outside = posixpath.normpath(_fill(spec.outside, workspace, home))
+        if not outside.startswith("/"):
+            raise ConfigError(f"{where}: 'outside' must be an absolute folder, got {spec.outside!r}")
+    return PathRule(
+        name=spec.name,
+        decision=spec.decision,
+        justification=spec.justification,
+        globs=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.glob),
+        outside=outside,
+        unless=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.unless_glob),
+    )
+
+
+def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home/agent") -> Policy:
+    """Load, compile and example-check one policy file.
+
+    Args:
+        path: the TOML file.
+        workspace: replaces ``{workspace}`` in path rules and their examples.
+        home: replaces ``{home}`` in path rules and their examples.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, has an unknown or invalid field, a duplicate rule name,
+            a pattern that does not compile, or a rule that disagrees with one of its examples. The message
+            names the file, the rule and the example.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"policy file {path} does not exist; check gate.policy_dir and the profile's policy"
+        ) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        spec = _FileSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in exc.errors())
+        raise ConfigError(f"{path}: invalid policy: {problems}") from exc
+    names: set[str] = set()
+    command_rules: list[CommandRule] = []
+    path_rules: list[PathRule] = []
+    for command_spec in spec.command:
+        where = f"{path}: command rule {command_spec.name!r}"
+        if command_spec.name in names:
+            raise ConfigError(f"{where}: duplicate rule name")
+        names.add(command_spec.name)
+        rule = _command_rule(where, command_spec)
+        for example in command_spec.examples.match:
+            if not rule.matches(example):
+                raise ConfigError(f"{where}: example {example!r} is listed under examples.match but does not match")
+        for example in command_spec.examples.no_match:
+            if rule.matches(example):
+                raise ConfigError(f"{where}: example {example!r} is listed under examples.no_match but matches")
+        command_rules.append(rule)
+    for path_spec in spec.path:
+        where = f"{path}: path rule {path_spec.name!r}"
+        if path_spec.name in names:
+            raise ConfigError(f"{where}: duplicate rule name")
+        names.add(path_spec.name)
+        path_rule = _path_rule(where, path_spec, workspace, home)
+        for example in path_spec.examples.match:
+            if not path_rule.matches(_fill(example, workspace, home)):
+                raise ConfigError(f"{where}: example {example!r} is listed under examples.match but does not match")
+        for example in path_spec.examples.no_match:
+            if path_rule.matches(_fill(example, workspace, home)):
+                raise ConfigError(f"{where}: example {example!r} is listed under examples.no_match but matches")
+        path_rules.append(path_rule)
+    return Policy(
+        name=path.stem,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        description=spec.description,
+        command_rules=tuple(command_rules),
+        path_rules=tuple(path_rules),
+        workspace=workspace.rstrip("/") or "/",
+        home=home.rstrip("/") or "/",
+    )
+
+
+def policy_path(settings: GateSettings, name: str) -> Path:
+    """The file of policy ``name`` under ``settings.policy_dir``.
+
+    Raises:
+        ConfigError: ``name`` is not a plain file stem (a separator or a leading dot would leave the folder).
+    """
+    if not _POLICY_NAME.match(name):
+        raise ConfigError(f"policy name {name!r} must be a file stem like 'default' (letters, digits, '_', '-', '.')")
+    return settings.policy_dir / f"{name}.toml"
+
+
+def load_profile_policy(settings: GateSettings, profile: Profile) -> Policy:
+    """Load the policy a profile names, with its workspace and home filled in."""
+    return load_policy(policy_path(settings, profile.policy), workspace=profile.workspace, home=profile.home)
