@@ -61,6 +61,8 @@ AGENT_PATH: Final = "/.executor/agent"
 _DIFF_SOURCE_BYTES: Final = 256 * 1024
 """Of either side, at most this much is diffed: difflib is quadratic in the worst case and a review of more is
 unreadable anyway. The review says when it covers only a prefix."""
+_DIFF_LINE_CHARS: Final = 2_000
+"""Longest diff line shown; a minified file's single line is cut, so a review stays bounded in bytes too."""
 _OUTPUT_CAP: Final = 64 * 1024
 """Largest JSON answer the agent sends for fs-stat/fs-write (it prints one short line)."""
 _BASE_TIMEOUT_MS: Final = 120_000
@@ -197,7 +199,7 @@ def render_diff(
         new_size: the new content's full size.
         old_sha256: the current content's digest, if known.
         new_sha256: the new content's digest.
-        max_lines: most diff lines shown (``write.diff_max_lines``).
+        max_lines: most diff lines shown (``write.diff_max_lines``); each line is cut at 2,000 characters.
 
     Returns:
         ``(diff, truncated, binary)``: the text, whether it was cut or covers only a prefix, and whether either
@@ -224,6 +226,9 @@ def render_diff(
         if len(shown) >= max_lines:
             hidden += 1
             continue
+        if len(line) > _DIFF_LINE_CHARS:
+            cut = len(line.rstrip("\n")) - _DIFF_LINE_CHARS
+            line = line[:_DIFF_LINE_CHARS] + f" [... {cut} more characters on this line]\n"
         shown.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     if not shown:
         shown.append(f"No change: {path} already holds this content.\n")

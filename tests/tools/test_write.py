@@ -371,6 +371,22 @@ def test_render_diff_marks_prefix_only_reviews() -> None:
     assert diff.endswith("[the diff covers only the first 262144 bytes of each side]\n")
 
 
+def test_render_diff_cuts_long_lines() -> None:
+    """A single huge line (a minified file) is cut, so the review stays bounded in bytes."""
+    diff, _, _ = render_diff(
+        "/w/f",
+        None,
+        b"x" * 100_000 + b"\n",
+        old_size=0,
+        new_size=100_001,
+        old_sha256=None,
+        new_sha256="0" * 64,
+        max_lines=50,
+    )
+    assert len(diff) < 2_200
+    assert "+" + "x" * 1_999 + " [... 98001 more characters on this line]\n" in diff
+
+
 def test_render_diff_identical_content() -> None:
     """Writing the same content says so instead of showing an empty diff."""
     diff, _, _ = render_diff(
