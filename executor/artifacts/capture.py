@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from executor.artifacts.models import ArtifactRecord, StreamInfo
 from executor.artifacts.paging import CheckpointTracker, Layout, Segment
+from executor.errors import ArtifactError, StreamNotFound
 
 __all__ = ["Capture", "StreamState", "layout_of", "read_checkpoints", "stream_info"]
 
@@ -300,7 +301,7 @@ class Capture:
         folder: Path,
         streams: tuple[str, ...],
         cap: int,
-        publish: Callable[[str, dict[str, StreamState], str | None], ArtifactRecord],
+        publish: Callable[[str, dict[str, StreamState], str | None], ArtifactRecord | None],
     ) -> None:
         self.artifact_id = artifact_id
         """The artifact this capture fills."""
@@ -323,8 +324,6 @@ class Capture:
             StreamNotFound: ``stream`` was not declared when the capture began.
             ArtifactError: the capture is already finished.
         """
-        from executor.errors import ArtifactError, StreamNotFound
-
         if self._finished is not None:
             raise ArtifactError(f"artifact {self.artifact_id} is finished; start a new capture for more output")
         writer = self._writers.get(stream)
@@ -339,8 +338,8 @@ class Capture:
         """Publish the bytes fed so far, so readers (in any process) see them; cheap when nothing changed."""
         if self._finished is not None or not self._dirty:
             return
-        self._publish(self.artifact_id, {n: w.state(growing=True) for n, w in self._writers.items()}, None)
         self._dirty = False
+        self._publish(self.artifact_id, {n: w.state(growing=True) for n, w in self._writers.items()}, None)
 
     def finish(self, *, status: str) -> ArtifactRecord:
         """Lay every stream out for good, record ``status`` (``ok``, ``error``, ...) and apply retention.
@@ -351,7 +350,10 @@ class Capture:
         if self._finished is not None:
             return self._finished
         states = {name: writer.finish() for name, writer in self._writers.items()}
-        self._finished = self._publish(self.artifact_id, states, status)
+        record = self._publish(self.artifact_id, states, status)
+        if record is None:
+            raise ArtifactError(f"artifact {self.artifact_id}: the index did not record the finish")
+        self._finished = record
         for name in self._writers:
             (self._writers[name].part).unlink(missing_ok=True)
         return self._finished

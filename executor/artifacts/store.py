@@ -305,7 +305,7 @@ class SessionArtifacts:
         store._live[artifact_id] = capture
         return capture
 
-    def _publish(self, artifact_id: str, states: dict[str, StreamState], status: str | None) -> ArtifactRecord:
+    def _publish(self, artifact_id: str, states: dict[str, StreamState], status: str | None) -> ArtifactRecord | None:
         store = self._store
         stored = sum(s.head_len + s.ring_len for s in states.values())
         with store._tx() as conn:
@@ -320,9 +320,10 @@ class SessionArtifacts:
                 conn.execute(
                     "UPDATE artifacts SET bytes_stored = ?, status = ? WHERE id = ?", (stored, status, artifact_id)
                 )
-        if status is not None:
-            store._live.pop(artifact_id, None)
-            self._evict(reserve_one=False, keep=frozenset({artifact_id}))
+        if status is None:
+            return None
+        store._live.pop(artifact_id, None)
+        self._evict(reserve_one=False, keep=frozenset({artifact_id}))
         return self.record(artifact_id)
 
     def _evict(self, *, reserve_one: bool, keep: frozenset[str]) -> None:
@@ -369,6 +370,10 @@ class SessionArtifacts:
             (checked, self.session_id),
         ).fetchone()
         if row is not None:
+            live = store._live.get(checked)
+            if live is not None:
+                # Same thread as the writer: publishing first makes the read see every byte fed so far.
+                live.flush()
             return checked, row
         tomb = store._conn.execute(
             "SELECT evicted_at FROM tombstones WHERE id = ? AND session = ?", (checked, self.session_id)
@@ -415,9 +420,6 @@ class SessionArtifacts:
     def _resolve(self, artifact_id: str, stream: str | None) -> tuple[str, str, StreamState, Path]:
         """Validate, flush a live capture, and return (id, stream, state, folder)."""
         checked, _ = self._row(artifact_id)
-        live = self._store._live.get(checked)
-        if live is not None:
-            live.flush()
         states = self._states(checked)
         if stream is None:
             name = next(iter(states))

@@ -104,7 +104,17 @@ def render_bounded_view(
         notice.append(
             f'search: search_output(id={_q(record.id)}, stream={_q(first)}, pattern="<regex>", limit=20, startLine=1)'
         )
-    return present("\n".join([*parts, *notice]))
+    return present(_join([*parts, *notice]))
+
+
+def _join(parts: list[str]) -> str:
+    """Join blocks on their own lines without doubling a newline a block already ends with."""
+    out = ""
+    for part in parts:
+        if out and not out.endswith("\n"):
+            out += "\n"
+        out += part
+    return out
 
 
 def bounded_view(artifacts: SessionArtifacts, artifact_id: str, *, present: Presenter = present) -> str:

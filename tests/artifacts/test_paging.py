@@ -35,7 +35,7 @@ def _expected_stored(data: bytes, cap: int) -> tuple[bytes, int]:
     return data[:head] + data[len(data) - tail :], len(data) - cap
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     data=_CONTENT,
     cap=st.integers(1024, 3000),

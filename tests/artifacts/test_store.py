@@ -1,0 +1,115 @@
+"""The store: ids stamped with their session, isolation, retention with tombstones, journal modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from executor.artifacts import ArtifactStore, new_session_id
+from executor.errors import ArtifactEvicted, ArtifactNotFound, SessionNotFound, StreamNotFound
+from tests.artifacts.conftest import artifact_settings, store_bytes
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _message(exc: pytest.ExceptionInfo[BaseException], artifact_id: str) -> str:
+    return str(exc.value).replace(repr(artifact_id), "<id>")
+
+
+def test_two_sessions_on_one_home_cannot_see_each_other(home: Path) -> None:
+    """A foreign, malformed or unknown id all raise ArtifactNotFound with the same message, before any path."""
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        alice, bob = store.session(new_session_id()), store.session(new_session_id())
+        secret = store_bytes(alice, b"alice's secret\n")
+        unknown = alice.session_id + ".a999"
+        messages = []
+        for bad in (secret, unknown, "../../etc/passwd", alice.session_id + ".a1/../x", "s-XYZ.a1"):
+            with pytest.raises(ArtifactNotFound) as exc:
+                bob.read_output(bad)
+            messages.append(_message(exc, bad))
+        assert len(set(messages)) == 1
+        with pytest.raises(ArtifactNotFound):
+            bob.record(secret)
+        assert alice.read_output(secret).text == "alice's secret\n"
+
+
+def test_ids_are_stamped_with_their_session(home: Path) -> None:
+    """Artifact ids carry the owning session id and a per-session sequence number."""
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        session = store.session("s-0123456789ab")
+        assert store_bytes(session, b"x") == "s-0123456789ab.a1"
+        assert store_bytes(session, b"y") == "s-0123456789ab.a2"
+        with pytest.raises(SessionNotFound, match="s- and 12 lowercase hex"):
+            store.session("../s-0123456789ab")
+
+
+def test_unknown_stream_is_its_own_outcome(home: Path) -> None:
+    """Asking for a stream the artifact does not have raises StreamNotFound naming the streams it has."""
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        session = store.session(new_session_id())
+        capture = session.begin(kind="bash", streams=("stdout", "stderr"))
+        artifact_id = capture.finish(status="ok").id
+        with pytest.raises(StreamNotFound, match="its streams: stdout, stderr"):
+            session.read_output(artifact_id, stream="../stdout")
+
+
+def test_the_count_budget_evicts_the_oldest_and_leaves_a_tombstone(home: Path) -> None:
+    """Past session_max_artifacts the oldest artifact is evicted, reported as evicted, its files gone."""
+    with ArtifactStore.open(home, artifact_settings(session_max_artifacts=2)) as store:
+        session = store.session(new_session_id())
+        first, second, third = (store_bytes(session, b"%d\n" % i) for i in range(3))
+        with pytest.raises(ArtifactEvicted, match=f"artifact {first} was evicted"):
+            session.read_output(first)
+        assert [r.id for r in session.artifacts()] == [second, third]
+        assert not (home / "sessions" / session.session_id / "artifacts" / first).exists()
+
+
+def test_the_byte_budget_evicts_only_the_own_session(home: Path) -> None:
+    """Past session_max_bytes a session evicts its own oldest artifacts, never another session's."""
+    settings = artifact_settings(session_max_bytes="1m", capture_max_bytes="600k")
+    with ArtifactStore.open(home, settings) as store:
+        mine, other = store.session(new_session_id()), store.session(new_session_id())
+        theirs = store_bytes(other, b"o" * 500_000, chunk=65536)
+        old = store_bytes(mine, b"a" * 500_000, chunk=65536)
+        store_bytes(mine, b"b" * 500_000, chunk=65536)
+        assert other.read_output(theirs, line_count=1, budget_chars=300).data == b"o" * 300
+        store_bytes(mine, b"c" * 500_000, chunk=65536)
+        with pytest.raises(ArtifactEvicted):
+            mine.record(old)
+        assert other.record(theirs).streams["output"].bytes_total == 500_000
+
+
+def test_tombstones_past_the_horizon_report_unknown(home: Path) -> None:
+    """Once the tombstone horizon passes, an evicted id reports unknown rather than evicted."""
+    clock = _Clock()
+    settings = artifact_settings(session_max_artifacts=1, tombstone_horizon_s=60)
+    with ArtifactStore.open(home, settings, clock=clock) as store:
+        session = store.session(new_session_id())
+        first = store_bytes(session, b"1")
+        store_bytes(session, b"2")
+        clock.now += 59
+        with pytest.raises(ArtifactEvicted):
+            session.record(first)
+        clock.now += 2
+        with pytest.raises(ArtifactNotFound, match="no artifact"):
+            session.record(first)
+
+
+@pytest.mark.parametrize("mode", ["wal", "delete", "truncate"])
+def test_the_store_works_in_each_journal_mode(home: Path, mode: str) -> None:
+    """The index runs in the configured journal mode, and a second store on the same home reads what the first wrote."""
+    settings = artifact_settings(journal_mode=mode)
+    with ArtifactStore.open(home, settings) as writer, ArtifactStore.open(home, settings) as reader:
+        assert writer.journal_mode == mode
+        session_id = new_session_id()
+        artifact_id = store_bytes(writer.session(session_id), b"shared\n")
+        assert reader.session(session_id).read_output(artifact_id).text == "shared\n"
+    if mode == "wal":
+        assert (home / "artifacts.sqlite3").exists()

@@ -1,0 +1,69 @@
+"""The bounded view and rendered pages: head lines, a recovery notice, distinct outcomes, one present seam."""
+
+from __future__ import annotations
+
+import executor.artifacts as artifacts_pkg
+from executor.artifacts import SessionArtifacts, bounded_view, render_read_page, render_search_page
+from tests.artifacts.conftest import open_session, store_bytes
+
+
+def test_the_view_shows_head_lines_and_how_to_recover_the_rest(session: SessionArtifacts) -> None:
+    """The view holds the first view_head_lines lines and names the id, sizes and both recovery calls."""
+    capture = session.begin(kind="bash", streams=("stdout", "stderr"))
+    capture.feed("stdout", b"".join(b"out %d\n" % i for i in range(1, 51)))
+    capture.feed("stderr", b"warning\n")
+    record = capture.finish(status="ok")
+    view = bounded_view(session, record.id)
+    assert "out 10\n" in view and "out 11" not in view
+    assert f"artifact {record.id}" in view
+    assert "stdout: 341 bytes, 50 lines" in view and "stderr: 8 bytes, 1 line" in view
+    assert f'read_output(id="{record.id}", stream="stdout", startLine=11' in view
+    assert f'search_output(id="{record.id}"' in view
+
+
+def test_view_head_lines_and_truncation_show_in_the_view() -> None:
+    """view_head_lines sets how many lines show, and a truncated capture says what was dropped."""
+    with open_session(view_head_lines=2, capture_max_bytes=1024) as session:
+        artifact_id = store_bytes(session, b"".join(b"l%04d\n" % i for i in range(1, 1001)))
+        view = bounded_view(session, artifact_id)
+    assert view.startswith("l0001\nl0002\n--- output kept")
+    assert "capture truncated: 4976 bytes dropped from line 86 to line 915" in view
+
+
+def test_no_output_is_delivery_wording_only(session: SessionArtifacts) -> None:
+    """An empty result shows (no output) in the view while the stored stream stays empty."""
+    capture = session.begin(kind="bash", streams=("stdout", "stderr"))
+    record = capture.finish(status="ok")
+    assert bounded_view(session, record.id).startswith("(no output)\n")
+    assert session.read_output(record.id).data == b""
+    assert "empty source" in render_read_page(session.read_output(record.id))
+
+
+async def test_every_rendering_goes_through_the_present_seam(session: SessionArtifacts) -> None:
+    """A presenter passed in transforms the bounded view and both kinds of recovery page."""
+    artifact_id = store_bytes(session, b"token=hunter2\n")
+
+    def redact(text: str) -> str:
+        return text.replace("hunter2", "[redacted]")
+
+    assert "hunter2" not in bounded_view(session, artifact_id, present=redact)
+    assert "hunter2" not in render_read_page(session.read_output(artifact_id), present=redact)
+    page = await session.search_output(artifact_id, pattern="token", limit=1)
+    assert "hunter2" not in render_search_page(page, present=redact)
+    assert "1: token=hunter2" in render_search_page(page)
+
+
+async def test_rendered_pages_carry_ranges_and_markers(session: SessionArtifacts) -> None:
+    """A rendered read page names its true range and continuation; a search page its receipt and budgets."""
+    artifact_id = store_bytes(session, b"a\nb\nc\n")
+    text = render_read_page(session.read_output(artifact_id, line_count=2))
+    assert text.startswith(f"[{artifact_id} output: lines 1-2; next: startLine=3]\na\nb\n")
+    page = await session.search_output(artifact_id, pattern="[ab]", limit=1)
+    assert "page bounded" in render_search_page(page) and "resume with startLine=2" in render_search_page(page)
+
+
+def test_all_names_are_exported() -> None:
+    """Every name in executor.artifacts.__all__ exists, once."""
+    for name in artifacts_pkg.__all__:
+        assert hasattr(artifacts_pkg, name)
+    assert len(set(artifacts_pkg.__all__)) == len(artifacts_pkg.__all__)
