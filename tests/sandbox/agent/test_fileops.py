@@ -449,6 +449,25 @@ def test_write_as_unprivileged_user_in_own_directory(agent: Path, work: Path) ->
     assert (target.stat().st_uid, stat.S_IMODE(target.stat().st_mode)) == (1000, 0o751)
 
 
+def test_unreadable_file_is_reviewed_without_digest_and_verified_by_descriptor(agent: Path, work: Path) -> None:
+    """A write-only (0200) file is stated without a digest, replaced, and verified through the descriptor."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to uid 1000")
+    os.chown(work, 1000, 1000)
+    target = work / "secret"
+    target.write_bytes(b"old")
+    os.chown(target, 1000, 1000)
+    target.chmod(0o200)
+    state = run(agent, "fs-stat", str(target), user=1000).out["state"]
+    assert (state["kind"], state["sha256"]) == ("regular", None)
+    result = write(agent, target, b"new content", expect=expect_of(state), user=1000)
+    assert result.rc == 0, result.out
+    assert result.out["verified"] == "descriptor"
+    assert result.out["state"]["sha256"] == hashlib.sha256(b"new content").hexdigest()
+    assert target.read_bytes() == b"new content"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o200
+
+
 def test_staging_file_removed_when_terminated_mid_write(agent: Path, work: Path) -> None:
     """SIGTERM while content is still arriving removes the staging file and leaves the target alone."""
     target = work / "f"
