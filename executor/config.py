@@ -133,6 +133,9 @@ class AgentSettings(_Section):
     """Size of the agent's private tmpfs (root only, not visible to commands)."""
     cc: str = "cc"
     """C compiler used to build the agent from source."""
+    build_dir: Path | None = None
+    """Folder the agent binaries are compiled into (named by a hash of their sources); unset means
+    ``<home>/agent``."""
 
 
 class BashSettings(_Section):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from executor.cli import config_cmd, mcp_cmd
+from executor.cli import agent_cmd, config_cmd, mcp_cmd
 from executor.cli._common import CliState
 from executor.cli.replay_cmd import replay_command
 
@@ -17,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(agent_cmd.app, name="agent")
 app.command("replay")(replay_command)
 app.command("mcp")(mcp_cmd.mcp)
 

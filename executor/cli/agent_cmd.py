@@ -1,0 +1,32 @@
+"""``executor agent build [--sanitize]``.
+
+JSON shape (``--json``): ``{"outcome": "ok", "path": "...", "sanitize": false}``; a failed build prints
+``{"outcome": "error", "error": "...", "exit_code": 125}`` and exits 125.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from executor.cli._common import EXIT_FAILURE, emit, fail, state
+from executor.errors import ExecutorError
+from executor.sandbox.agent.build import agent_build_dir, ensure_agent
+
+app = typer.Typer(help="The in-container agent (a static C binary built from this package).", no_args_is_help=True)
+
+
+@app.command("build")
+def build(
+    ctx: typer.Context,
+    sanitize: bool = typer.Option(
+        False, "--sanitize", help="Build with AddressSanitizer and UndefinedBehaviorSanitizer (for host tests)."
+    ),
+) -> None:
+    """Compile the agent unless a binary for the current sources exists; print its path."""
+    st = state(ctx)
+    settings = st.settings()
+    try:
+        path = ensure_agent(settings.agent, agent_build_dir(settings), sanitize=sanitize)
+    except ExecutorError as exc:
+        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
+    emit({"outcome": "ok", "path": str(path), "sanitize": sanitize}, str(path), json_mode=st.json)
