@@ -216,8 +216,8 @@ class BashAction(_Model):
     """Explicit environment entries the caller adds."""
     stdin_sha256: str | None = Field(None, pattern=_SHA256_RE)
     """Hex SHA-256 of the supplied stdin; None means /dev/null."""
-    timeout_ms: int = Field(ge=1)
-    """Deadline of the call, in milliseconds."""
+    timeout_ms: int | None = Field(ge=1)
+    """Deadline of the call, in milliseconds; None for a background task (no deadline applies)."""
 
     def argv(self) -> tuple[str, ...] | None:
         """The command's words as a POSIX shell would split them (``shlex``), or None when it does not parse."""
