@@ -5,9 +5,11 @@ Every test talks to the ASan/UBSan build over its unix socket; the fixture fails
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from executor.errors import AgentError, TaskNotFound
+from executor.errors import AgentError, SandboxLost, TaskNotFound
 from executor.models import RunResult
 from executor.sandbox.agent.client import AgentClient, open_agent_unix
 from executor.sandbox.agent.protocol import (
@@ -469,3 +471,26 @@ async def test_task_stdin_inline(client: AgentClient, live_agent: LiveAgent) -> 
     task = await client.start_task(live_agent.spec("cat", stdin=b"fed\n"))
     chunk = await task_chunk(client, task)
     assert chunk.data == b"fed\n"
+
+
+async def test_agent_death_mid_run_raises_sandbox_lost(asan_agent: Path) -> None:
+    """When the agent dies under a running command, the caller gets SandboxLost, never a result."""
+    live = start_agent(asan_agent)
+    sink = Capture()
+    try:
+        async with open_agent_unix(live.socket) as c:
+
+            async def kill_agent_soon() -> None:
+                await trio.sleep(0.3)
+                live.proc.kill()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_agent_soon)
+                with pytest.raises(SandboxLost, match="closed the connection"), trio.fail_after(10):
+                    await c.run(live.spec("echo $$; sleep 30"), sink)
+    finally:
+        live.proc.wait(timeout=10)
+        if sink.out.strip():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(sink.out), 9)
+        shutil.rmtree(live.root, ignore_errors=True)
