@@ -6,13 +6,12 @@ of its first byte, and the in-line offset of that byte), so every position the t
 
 Readers go through a :class:`ByteSource` (``read(offset, size)``), so the same code pages a file on disk and a
 ``bytes`` object in a test. Memory stays bounded: a page reads at most a few display budgets, a seek reads at
-most one checkpoint interval, and the line iterator never holds more than one line (itself bounded).
+most one checkpoint interval, and the :class:`LineReader` holds at most one block or one line (both bounded).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,13 +20,14 @@ from executor.errors import OutputRangeError
 
 __all__ = [
     "CHECKPOINT_INTERVAL",
+    "Block",
     "ByteSource",
     "CheckpointTracker",
     "Layout",
     "Line",
+    "LineReader",
     "MemorySource",
     "Segment",
-    "iter_lines",
     "read_page",
     "safe_cut",
 ]
@@ -105,7 +105,7 @@ class Layout:
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One line (or fragment) met by :func:`iter_lines`."""
+    """One line (or fragment) handed out by :class:`LineReader`."""
 
     number: int
     """True line number."""
@@ -448,76 +448,90 @@ def _byte_range(source: ByteSource, ctx: _Ctx, located: _Located, budget: int) -
     )
 
 
-def iter_lines(source: ByteSource, layout: Layout, *, start_line: int, max_bytes: int) -> Iterator[Line]:
-    """Yield every line (or fragment) from true line ``start_line`` on, in order.
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Consecutive whole, newline-terminated lines met by :class:`LineReader`."""
 
-    A line longer than ``max_bytes`` is yielded with ``data=None`` and skipped without being held in memory.
-    A line that the capture cap cut is yielded as a fragment (its head part and its tail part separately, both
-    with the same true line number). The stream's last unterminated line while growing is ``in_progress``.
+    first_line: int
+    """True line number of the first line."""
+    data: bytes
+    """The lines' bytes, ending with a newline."""
+    lines: int
+    """How many lines."""
+
+
+class LineReader:
+    """Reads a stream from a true line on, as blocks of whole lines or as single :class:`Line` items.
+
+    It hands out many short lines at once (the search prefilters them in bulk) and lets the caller size each
+    block, so that a scan budget still stops exactly on the line it would stop on line by
+    line. Anything that is not a plain whole line (a fragment cut by the cap, a line over ``max_bytes``, the
+    last line of a stream, a line longer than the requested block) comes as a :class:`Line`.
     """
-    for index, seg in enumerate(layout.segments):
-        if start_line > seg.last_line:
-            continue
-        if start_line <= seg.first_line:
-            pos, line = seg.stored_start, seg.first_line
-        else:
-            pos, line = _seek_line_start(source, layout, seg, start_line), start_line
-        is_last = index + 1 == len(layout.segments)
-        yield from _segment_lines(source, layout, seg, pos, line, max_bytes, is_last)
-        start_line = 1
 
-
-def _segment_lines(
-    source: ByteSource,
-    layout: Layout,
-    seg: Segment,
-    pos: int,
-    line: int,
-    max_bytes: int,
-    is_last: bool,
-) -> Iterator[Line]:
-    starts_cut = pos == seg.stored_start and seg.first_line_offset > 0
-    pending = bytearray()
-    pending_start = pos
-    skipping = False
-    while pos < seg.stored_end:
-        chunk = source.read(pos, min(_CHUNK, seg.stored_end - pos))
-        if not chunk:
-            break
-        i = 0
-        while True:
-            j = chunk.find(b"\n", i)
-            if j < 0:
-                if not skipping:
-                    if len(pending) + len(chunk) - i > max_bytes:
-                        skipping = True
-                        pending.clear()
-                    else:
-                        pending += chunk[i:]
-                break
-            end_abs = pos + j + 1
-            data: bytes | None
-            if skipping or len(pending) + j + 1 - i > max_bytes:
-                data = None
-            elif pending:
-                data = bytes(pending) + chunk[i : j + 1]
+    def __init__(self, source: ByteSource, layout: Layout, *, start_line: int, max_bytes: int) -> None:
+        self._source = source
+        self._layout = layout
+        self._max = max_bytes
+        self._index = -1
+        self._pos = 0
+        self._line = start_line
+        self._cut_start = False
+        for index, seg in enumerate(layout.segments):
+            if start_line > seg.last_line:
+                continue
+            self._index = index
+            if start_line <= seg.first_line:
+                self._pos, self._line = seg.stored_start, seg.first_line
+                self._cut_start = seg.first_line_offset > 0
             else:
-                data = chunk[i : j + 1]
-            yield Line(line, pending_start, end_abs, data, True, starts_cut, False)
-            starts_cut = False
-            pending.clear()
-            skipping = False
-            line += 1
-            pending_start = end_abs
-            i = j + 1
-        pos += len(chunk)
-    if pending_start < seg.stored_end:
-        data = None if skipping else bytes(pending)
-        cut_after = not is_last
-        in_progress = is_last and layout.growing
-        yield Line(line, pending_start, seg.stored_end, data, False, starts_cut or cut_after, in_progress)
+                self._pos = _seek_line_start(source, layout, seg, start_line)
+            break
 
+    def _segment(self) -> Segment | None:
+        segments = self._layout.segments
+        while 0 <= self._index < len(segments):
+            seg = segments[self._index]
+            if self._pos < seg.stored_end:
+                return seg
+            self._index += 1
+            if self._index < len(segments):
+                nxt = segments[self._index]
+                self._pos, self._line = nxt.stored_start, nxt.first_line
+                self._cut_start = nxt.first_line_offset > 0
+        return None
 
-def checkpoints_within(checkpoints: Sequence[tuple[int, int]], below: int) -> tuple[tuple[int, int], ...]:
-    """The checkpoints whose offset is below ``below`` (the part of an index that is known valid)."""
-    return tuple(cp for cp in checkpoints if cp[0] < below)
+    def next_line_number(self) -> int | None:
+        """True line number of the next item; None at the end."""
+        return self._line if self._segment() is not None else None
+
+    def next(self, block_bytes: int) -> Block | Line | None:
+        """The next item: whole lines within about ``block_bytes`` bytes, or one line; None at the end."""
+        seg = self._segment()
+        if seg is None:
+            return None
+        if not self._cut_start:
+            window = self._source.read(self._pos, min(max(1, block_bytes), seg.stored_end - self._pos))
+            k = window.rfind(b"\n")
+            if k >= 0:
+                data = window[: k + 1]
+                block = Block(self._line, data, data.count(b"\n"))
+                self._pos += k + 1
+                self._line += block.lines
+                return block
+        return self._one_line(seg)
+
+    def _one_line(self, seg: Segment) -> Line:
+        start = self._pos
+        end = _line_end(self._source, start, seg.stored_end)
+        terminated = end < seg.stored_end or (end == seg.stored_end and seg.ends_with_newline)
+        is_last = self._index + 1 == len(self._layout.segments)
+        fragment = self._cut_start or (not terminated and not is_last)
+        in_progress = not terminated and is_last and self._layout.growing
+        data = None if end - start > self._max else self._source.read(start, end - start)
+        line = Line(self._line, start, end, data, terminated, fragment, in_progress)
+        self._pos = end
+        self._cut_start = False
+        if terminated:
+            self._line += 1
+        return line

@@ -16,7 +16,7 @@ from typing import Any
 import regex
 
 from executor.artifacts.models import SearchMatch, SearchPage, UnscannableLine, display
-from executor.artifacts.paging import ByteSource, Layout, iter_lines
+from executor.artifacts.paging import Block, ByteSource, Layout, LineReader
 from executor.errors import PatternError, PatternTimeout
 
 __all__ = ["compile_pattern", "run_search"]
@@ -51,6 +51,62 @@ def _preview(text: str, first: tuple[int, int], size: int) -> tuple[str, int]:
     return text[start : start + size], start
 
 
+_UNSAFE_FOR_BLOCKS = ("\\A", "\\Z", "\\z", "\\G", "(?=", "(?!", "(?<", "(?-", "(?|")
+_BLOCK_BYTES = 64 * 1024
+
+
+def _block_pattern(pattern: Any) -> Any | None:
+    """A MULTILINE twin of ``pattern`` usable as an exact prefilter over a block of lines, or None.
+
+    Over ``line1\\nline2\\n...`` with MULTILINE, any match a line has on its own is also a match of the block
+    (``^``/``$`` match at the line edges, and a newline, like the end of a string, is neither a word character
+    nor anything a ``.`` matches), so a block without a match has no matching line. Patterns whose meaning
+    depends on the string's real ends or on what lies beyond the line (``\\A``, ``\\Z``, ``\\G``, lookaround,
+    inline flag removal, branch reset) are evaluated line by line only.
+    """
+    source = pattern.pattern
+    if any(token in source for token in _UNSAFE_FOR_BLOCKS):
+        return None
+    try:
+        return regex.compile(source, pattern.flags | regex.MULTILINE)
+    except (regex.error, ValueError):  # pragma: no cover - the same source compiled once already
+        return None
+
+
+class _Scan:
+    """State of one search call."""
+
+    def __init__(self, *, pattern: Any, pattern_text: str, timeout_s: float, where: str) -> None:
+        self.pattern = pattern
+        self.pattern_text = pattern_text
+        self.timeout_s = timeout_s
+        self.where = where
+        self.regex_time = 0.0
+
+    def timed(self, fn: Any, text: str, line: int, **kwargs: Any) -> Any:
+        remaining = self.timeout_s - self.regex_time
+        began = time.monotonic()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            return fn(text, timeout=remaining, concurrent=True, **kwargs)
+        except TimeoutError:
+            raise PatternTimeout(
+                f"pattern {self.pattern_text[:80]!r} ran past the {self.timeout_s:g}s search time bound at line "
+                f"{line} of {self.where}; whether it matches there is undetermined. Simplify the pattern (avoid "
+                "nested or overlapping repetition such as (a|aa)+), or narrow it with start_line"
+            ) from None
+        finally:
+            self.regex_time += time.monotonic() - began
+
+    def spans(self, text: str, line: int) -> tuple[tuple[int, int], ...] | None:
+        """Match spans of one whole line, or None when it does not match."""
+        if self.timed(self.pattern.search, text, line) is None:
+            return None
+        iterator = self.timed(self.pattern.finditer, text, line)
+        return tuple(m.span() for m in itertools.islice(iterator, _MAX_SPANS))
+
+
 def run_search(
     source: ByteSource,
     layout: Layout,
@@ -71,87 +127,114 @@ def run_search(
     Raises:
         PatternTimeout: the pattern's evaluations took longer than ``timeout_s`` in total.
     """
+    scan = _Scan(pattern=pattern, pattern_text=pattern_text, timeout_s=timeout_s, where=f"{artifact_id} {stream}")
+    block_pattern = _block_pattern(pattern)
     matches: list[SearchMatch] = []
     unscannable: list[UnscannableLine] = []
     used = 0
     scanned_lines = 0
     scanned_chars = 0
-    regex_time = 0.0
     page_bounded = False
     scan_bounded = False
     next_line: int | None = None
     previous: int | None = None
-    last_seen: int | None = None
-    limit_reached = False
     preview_size = min(_PREVIEW_CHARS, budget_chars // 2)
-    for line in iter_lines(source, layout, start_line=start_line, max_bytes=line_ceiling_chars):
-        last_seen = line.number
-        new_line = line.number != previous
-        previous = line.number
-        if new_line:
+    reader = LineReader(source, layout, start_line=start_line, max_bytes=line_ceiling_chars)
+
+    def deliver(number: int, text: str, spans: tuple[tuple[int, int], ...]) -> bool:
+        """Add a match if it fits; False when the page is full (the match is withheld for the next page)."""
+        nonlocal used
+        room = budget_chars - used
+        full_cost = len(text) + _ENTRY_OVERHEAD
+        if full_cost <= room:
+            matches.append(SearchMatch(line=number, text=text, spans=spans, truncated=False, preview_start=0))
+            used += full_cost
+            return True
+        if full_cost > budget_chars and preview_size + _ENTRY_OVERHEAD <= room:
+            shown, offset = _preview(text, spans[0] if spans else (0, 0), preview_size)
+            matches.append(SearchMatch(line=number, text=shown, spans=spans, truncated=True, preview_start=offset))
+            used += len(shown) + _ENTRY_OVERHEAD
+            return True
+        return False
+
+    while True:
+        upcoming = reader.next_line_number()
+        if upcoming is None:
+            if layout.growing:
+                next_line = previous + 1 if previous is not None else start_line
+            break
+        if upcoming != previous:
             # Stops happen only between lines, never between two fragments of one cut line.
-            if limit_reached:
-                page_bounded, next_line = True, line.number
+            if len(matches) >= limit:
+                page_bounded, next_line = True, upcoming
                 break
             if scanned_chars >= scan_max_chars:
-                scan_bounded, next_line = True, line.number
+                scan_bounded, next_line = True, upcoming
                 break
+        # A block never holds a line over the ceiling: it is no longer than the ceiling itself.
+        item = reader.next(min(_BLOCK_BYTES, scan_max_chars - scanned_chars, line_ceiling_chars))
+        if item is None:  # pragma: no cover - next_line_number() said there is more
+            break
+        if isinstance(item, Block):
+            text = display(item.data)
+            offset = 0
+            number = item.first_line
+            stop = False
+            while offset < len(text):
+                if block_pattern is not None:
+                    found = scan.timed(block_pattern.search, text, number, pos=offset)
+                    # A match at the very end (after the last newline) belongs to no line.
+                    if found is None or found.start() >= len(text):
+                        rest = text.count("\n", offset)
+                        scanned_lines += rest
+                        scanned_chars += len(text) - offset - rest
+                        number += rest
+                        break
+                    # Lines before the one holding the leftmost block match have no match of their own.
+                    skipped = text.count("\n", offset, found.start())
+                    if skipped:
+                        line_start = text.rindex("\n", offset, found.start()) + 1
+                        scanned_lines += skipped
+                        scanned_chars += line_start - offset - skipped
+                        number += skipped
+                        offset = line_start
+                end = text.index("\n", offset)
+                line_text = text[offset:end]
+                spans = scan.spans(line_text, number)
+                if spans is not None and not deliver(number, line_text, spans):
+                    page_bounded, next_line, stop = True, number, True
+                    break
+                scanned_lines += 1
+                scanned_chars += len(line_text)
+                offset = end + 1
+                number += 1
+                if spans is not None and len(matches) >= limit and offset < len(text):
+                    page_bounded, next_line, stop = True, number, True
+                    break
+            previous = number - 1
+            if stop:
+                break
+            continue
+        line = item
+        previous = line.number
         if line.in_progress:
             next_line = line.number
             break
-        if line.data is None or line.fragment:
-            reason = "too_long" if line.data is None else "fragment"
+        if line.fragment or line.data is None:
+            reason = "fragment" if line.fragment else "too_long"
             if used + _UNSCANNABLE_COST > budget_chars and (matches or unscannable):
                 page_bounded, next_line = True, line.number
                 break
             unscannable.append(UnscannableLine(line=line.number, reason=reason, bytes=line.end - line.start))
             used += _UNSCANNABLE_COST
             continue
-        raw = line.data[:-1] if line.terminated else line.data
-        text = display(raw)
-        remaining = timeout_s - regex_time
-        began = time.monotonic()
-        try:
-            if remaining <= 0:
-                raise TimeoutError
-            found = pattern.search(text, timeout=remaining, concurrent=True)
-            spans: tuple[tuple[int, int], ...] = ()
-            if found is not None:
-                remaining = timeout_s - regex_time - (time.monotonic() - began)
-                if remaining <= 0:
-                    raise TimeoutError
-                iterator = pattern.finditer(text, timeout=remaining, concurrent=True)
-                spans = tuple(m.span() for m in itertools.islice(iterator, _MAX_SPANS))
-        except TimeoutError:
-            raise PatternTimeout(
-                f"pattern {pattern_text[:80]!r} ran past the {timeout_s:g}s search time bound at line "
-                f"{line.number} of {artifact_id} {stream}; whether it matches there is undetermined. Simplify the "
-                "pattern (avoid nested or overlapping repetition such as (a|aa)+), or narrow it with start_line"
-            ) from None
-        finally:
-            regex_time += time.monotonic() - began
-        scanned_lines += 1
-        scanned_chars += len(text)
-        if found is None:
-            continue
-        room = budget_chars - used
-        full_cost = len(text) + _ENTRY_OVERHEAD
-        if full_cost <= room:
-            entry = SearchMatch(line=line.number, text=text, spans=spans, truncated=False, preview_start=0)
-            used += full_cost
-        elif full_cost > budget_chars and preview_size + _ENTRY_OVERHEAD <= room:
-            shown, offset = _preview(text, spans[0] if spans else (0, 0), preview_size)
-            entry = SearchMatch(line=line.number, text=shown, spans=spans, truncated=True, preview_start=offset)
-            used += len(shown) + _ENTRY_OVERHEAD
-        else:
+        line_text = display(line.data[:-1] if line.terminated else line.data)
+        spans = scan.spans(line_text, line.number)
+        if spans is not None and not deliver(line.number, line_text, spans):
             page_bounded, next_line = True, line.number
             break
-        matches.append(entry)
-        if len(matches) >= limit:
-            limit_reached = True
-    else:
-        if layout.growing:
-            next_line = (last_seen + 1) if last_seen is not None else start_line
+        scanned_lines += 1
+        scanned_chars += len(line_text)
     return SearchPage(
         artifact_id=artifact_id,
         stream=stream,

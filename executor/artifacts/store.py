@@ -505,6 +505,9 @@ class SessionArtifacts:
         """Search a stream line by line with a ``regex`` pattern, in a worker thread, under a time bound.
 
         Resume with the returned ``next_start_line`` (the page's receipt): no match is skipped or repeated.
+        A still-running capture is flushed first; if it has already wrapped its tail ring and keeps writing while
+        the worker thread scans, the tail part of the scan may see newer bytes than the published layout (the page
+        says ``growing``; search again after the task ends for an exact result).
 
         Raises:
             ArtifactNotFound, ArtifactEvicted, StreamNotFound: see :meth:`record`.

@@ -14,6 +14,7 @@ from executor.artifacts import SearchPage, SessionArtifacts
 from executor.errors import OutputRangeError, PatternError, PatternTimeout
 from tests.artifacts.conftest import open_session, store_bytes
 
+_PATTERNS = st.sampled_from(["ab", "^x", "y$", "é+", "a.*b", r"(?<=a)b", r"\Ax", r"b\b", r"\s$", r"^$", r"^"])
 _LINES = st.lists(st.text(alphabet="abxy é\t", max_size=120), max_size=120)
 
 
@@ -30,7 +31,11 @@ async def _all_pages(session: SessionArtifacts, artifact_id: str, pattern: str, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(lines=_LINES, pattern=st.sampled_from(["ab", "^x", "y$", "é+", "a.*b"]), limit=st.integers(1, 5))
+@given(
+    lines=_LINES,
+    pattern=st.sampled_from(["ab", "^x", "y$", "é+", "a.*b", r"(?<=a)b", r"\Ax", r"b\b", r"\s$", r"^$"]),
+    limit=st.integers(1, 5),
+)
 async def test_resuming_from_receipts_reports_every_match_once(lines: list[str], pattern: str, limit: int) -> None:
     """Following next_start_line until the end yields exactly the matching lines, each once, in order."""
     data = "".join(line + "\n" for line in lines).encode()
