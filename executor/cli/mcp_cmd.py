@@ -6,6 +6,7 @@ Exit codes: ``0`` when stdin closes (stdio) or on SIGTERM/SIGINT (both close eve
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from enum import StrEnum
@@ -17,6 +18,7 @@ import typer
 from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, fail, state
 from executor.config import Settings
 from executor.errors import ConfigError, ExecutorError
+from executor.gate.judge import api_key_from
 from executor.mcp.server import no_tokens_error, serve_http, serve_stdio
 
 
@@ -42,7 +44,7 @@ def mcp(
     if transport is Transport.http and not settings.mcp.tokens:
         fail(str(no_tokens_error()), code=EXIT_USAGE, json_mode=st.json)
     try:
-        trio.run(_serve, settings, transport, session)
+        trio.run(_serve, settings, transport, session, api_key_from(settings.gate.judge, os.environ))
     except BaseException as exc:
         leaf = _single(exc)
         if isinstance(leaf, ConfigError):
@@ -59,14 +61,14 @@ def _single(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _serve(settings: Settings, transport: Transport, session: str | None) -> None:
+async def _serve(settings: Settings, transport: Transport, session: str | None, api_key: str | None) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
         if transport is Transport.stdio:
-            await serve_stdio(settings, session_name=session)
+            await serve_stdio(settings, session_name=session, api_key=api_key)
             nursery.cancel_scope.cancel()
         else:
-            url = await nursery.start(partial(serve_http, settings, session_name=session))
+            url = await nursery.start(partial(serve_http, settings, session_name=session, api_key=api_key))
             sys.stderr.write(f"executor MCP server listening on {url}\n")
             sys.stderr.flush()
 

@@ -54,10 +54,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
 from executor.config import Settings
-from executor.errors import ConfigError, ExecutorError, SessionNotFound, TaskNotFound
+from executor.errors import ArtifactNotFound, ConfigError, ExecutorError, SessionNotFound, TaskNotFound
 from executor.gate.approvals import ApprovalRequest, printable
 from executor.models import BashAction
-from executor.session import TaskInfo, ToolResult
+from executor.sandbox.base import validate_session_name
+from executor.session import TaskInfo, ToolResult, open_executor
 
 __all__ = [
     "APPROVAL_SCHEMA",
@@ -92,7 +93,7 @@ class _Session(Protocol):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
+        stdin: bytes | None = None,
         timeout_ms: int | None = None,
         focus_mode: Literal["off", "shadow", "on"] | None = None,
         intent: str | None = None,
@@ -118,18 +119,28 @@ class _Session(Protocol):
     ) -> ToolResult: ...
 
     async def start_task(
-        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None, owner: str | None = None
-    ) -> TaskInfo: ...
-
-    async def read_task(
-        self, task_id: str, *, stream: str = "stdout", offset: int = 0, max_bytes: int = 65536
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        owner: str | None = None,
+        approval_handler: ApprovalHandler | None = None,
     ) -> ToolResult: ...
 
-    async def stop_task(self, task_id: str) -> TaskInfo: ...
+    async def read_task(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: int = 0,
+        max_bytes: int = 65536,
+        owner: str | None = None,
+    ) -> ToolResult: ...
 
-    async def list_tasks(self) -> list[TaskInfo]: ...
+    async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo: ...
 
-    def owner_of(self, task_id: str) -> str | None: ...
+    async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]: ...
 
 
 class _Executor(Protocol):
@@ -143,7 +154,15 @@ class _Executor(Protocol):
         keep: bool = False,
     ) -> AbstractAsyncContextManager[Any]: ...
 
-    async def attach_session(self, id_or_name: str, *, owner: str | None = None) -> Any: ...
+    def attach_session(
+        self,
+        id_or_name: str,
+        *,
+        owner: str | None = None,
+        create: bool = False,
+        profile: str | None = None,
+        image: str | None = None,
+    ) -> AbstractAsyncContextManager[Any]: ...
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -376,6 +395,20 @@ async def _gated(
 # Tokens and owners.
 
 
+def _session_name_for(name: str, owner: str | None) -> str:
+    """The session name an owner uses for ``--session NAME``: names are global, so each token gets its own."""
+    return name if owner is None else f"{name}.{owner}"
+
+
+def _check_session_name(name: str, transport: McpTransport) -> None:
+    sample = _session_name_for(name, owner_for_token("x" * 16) if transport == "http" else None)
+    try:
+        validate_session_name(sample)
+    except ValueError as exc:
+        room = " (over HTTP each token's session is named NAME.mcp-<hash>, 21 more characters)"
+        raise ConfigError(f"--session: {exc}{room if transport == 'http' else ''}") from None
+
+
 def no_tokens_error() -> ConfigError:
     """The refusal to serve HTTP without bearer tokens."""
     return ConfigError(
@@ -490,18 +523,6 @@ class _SessionPool:
                 lease.done.set()
 
 
-@asynccontextmanager
-async def _attach_or_create(executor: _Executor, name: str, owner: str | None) -> AsyncIterator[Any]:
-    # An attached session belongs to the executor (it was kept); the surface only holds a reference to it.
-    try:
-        session = await executor.attach_session(name, owner=owner)
-    except SessionNotFound:
-        async with executor.open_session(name=name, owner=owner, keep=True) as created:
-            yield created
-        return
-    yield session
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Results.
 
@@ -538,11 +559,20 @@ def _task_text(info: TaskInfo, verb: str) -> str:
     return "\n".join(lines)
 
 
+def _task_facts(info: TaskInfo) -> dict[str, Any]:
+    # The owner is the caller's own token hash: not a fact the agent needs.
+    return info.model_dump(mode="json", exclude_none=True, exclude={"owner"})
+
+
 def _task_result(info: TaskInfo, verb: str) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=_task_text(info, verb))],
-        structured_content={"outcome": "completed", "task": info.model_dump(mode="json", exclude_none=True)},
+        structured_content={"outcome": "completed", "task": _task_facts(info)},
     )
+
+
+_TASK_HINT = "list yours with task_list"
+_ARTIFACT_HINT = "use an artifact_id returned by a bash, task or write result of this session"
 
 
 def _not_found(kind: str, ident: str, hint: str) -> CallToolResult:
@@ -608,6 +638,8 @@ class McpSurface:
     ) -> None:
         if transport == "http" and not tokens:
             raise no_tokens_error()
+        if session_name is not None:
+            _check_session_name(session_name, transport)
         self._executor = executor
         self._pool = pool
         self._transport: McpTransport = transport
@@ -666,8 +698,10 @@ class McpSurface:
         self, ctx: Context[Any, Any], owner: str | None
     ) -> tuple[_LeaseKey, Callable[[], AbstractAsyncContextManager[Any]]]:
         if self._session_name is not None:
-            key: _LeaseKey = ("named", self._session_name, owner or "")
-            return key, partial(_attach_or_create, self._executor, self._session_name, owner)
+            name = _session_name_for(self._session_name, owner)
+            key: _LeaseKey = ("named", name)
+            # Attach (or create and keep) the named session; leaving it disconnects and leaves it running.
+            return key, partial(self._executor.attach_session, name, owner=owner, create=True)
         return self._default_key(ctx, owner), partial(self._executor.open_session, owner=owner)
 
     async def _session(self, ctx: Context[Any, Any], owner: str | None) -> _Session:
@@ -764,7 +798,7 @@ class McpSurface:
                     command,
                     cwd=cwd,
                     env=env,
-                    stdin=stdin,
+                    stdin=None if stdin is None else stdin.encode("utf-8"),
                     timeout_ms=timeout_ms,
                     focus_mode=focus_mode,
                     intent=intent,
@@ -816,7 +850,7 @@ class McpSurface:
             owner = self._owner(ctx)
             session = await self._existing_session(ctx, owner)
             if session is None:
-                return _not_found("artifact", artifact_id, "use an artifact_id returned in this session")
+                return _not_found("artifact", artifact_id, _ARTIFACT_HINT)
             result = await session.read_output(
                 artifact_id,
                 stream=stream,
@@ -824,6 +858,8 @@ class McpSurface:
                 line_count=line_count,
                 start_byte_in_line=start_byte_in_line,
             )
+        except ArtifactNotFound:
+            return _not_found("artifact", artifact_id, _ARTIFACT_HINT)
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
         return _tool_result(result)
@@ -841,59 +877,59 @@ class McpSurface:
             owner = self._owner(ctx)
             session = await self._existing_session(ctx, owner)
             if session is None:
-                return _not_found("artifact", artifact_id, "use an artifact_id returned in this session")
+                return _not_found("artifact", artifact_id, _ARTIFACT_HINT)
             result = await session.search_output(
                 artifact_id, pattern=pattern, stream=stream, limit=limit, start_line=start_line
             )
+        except ArtifactNotFound:
+            return _not_found("artifact", artifact_id, _ARTIFACT_HINT)
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
         return _tool_result(result)
 
     async def task_start(
         self, command: _Command, ctx: Context[Any, Any], cwd: _Cwd = None, env: _Env = None
-    ) -> CallToolResult:
+    ) -> CallToolResult | InputRequiredResult:
         try:
             owner = self._owner(ctx)
             session = await self._session(ctx, owner)
-            info = await session.start_task(command, cwd=cwd, env=env, owner=owner)
+            handler, round_ = self._approval(ctx, owner)
+            return await _gated(
+                round_,
+                partial(session.start_task, command, cwd=cwd, env=env, owner=owner, approval_handler=handler),
+            )
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
-        return _task_result(info, "started")
-
-    async def _own_task(self, ctx: Context[Any, Any], task_id: str) -> _Session | None:
-        owner = self._owner(ctx)
-        session = await self._existing_session(ctx, owner)
-        if session is None or session.owner_of(task_id) != owner:
-            return None
-        return session
 
     async def task_read(
         self,
         task_id: _TaskId,
         ctx: Context[Any, Any],
         stream: Annotated[Literal["stdout", "stderr"], Field(description="Which stream to read.")] = "stdout",
-        offset: Annotated[int, Field(ge=0, description="Byte offset to read from (the last read's next offset).")] = 0,
+        offset: Annotated[int, Field(ge=0, description="Byte offset to read from (the last read's next_offset).")] = 0,
         max_bytes: Annotated[int, Field(ge=1, description="Most bytes to return.")] = 65536,
     ) -> CallToolResult:
         try:
-            session = await self._own_task(ctx, task_id)
+            owner = self._owner(ctx)
+            session = await self._existing_session(ctx, owner)
             if session is None:
-                return _not_found("task", task_id, "list yours with task_list")
-            result = await session.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes)
+                return _not_found("task", task_id, _TASK_HINT)
+            result = await session.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
         except TaskNotFound:
-            return _not_found("task", task_id, "list yours with task_list")
+            return _not_found("task", task_id, _TASK_HINT)
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
         return _tool_result(result)
 
     async def task_stop(self, task_id: _TaskId, ctx: Context[Any, Any]) -> CallToolResult:
         try:
-            session = await self._own_task(ctx, task_id)
+            owner = self._owner(ctx)
+            session = await self._existing_session(ctx, owner)
             if session is None:
-                return _not_found("task", task_id, "list yours with task_list")
-            info = await session.stop_task(task_id)
+                return _not_found("task", task_id, _TASK_HINT)
+            info = await session.stop_task(task_id, owner=owner)
         except TaskNotFound:
-            return _not_found("task", task_id, "list yours with task_list")
+            return _not_found("task", task_id, _TASK_HINT)
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
         return _task_result(info, "stopped")
@@ -902,23 +938,19 @@ class McpSurface:
         try:
             owner = self._owner(ctx)
             session = await self._existing_session(ctx, owner)
-            tasks = [] if session is None else await session.list_tasks()
+            tasks = [] if session is None else await session.list_tasks(owner=owner)
         except ExecutorError as exc:
             return _error_result(_hint(exc), kind=type(exc).__name__)
-        mine = [info for info in tasks if session is not None and session.owner_of(info.task_id) == owner]
-        if mine:
+        if tasks:
             text = "\n".join(
                 f"{info.task_id}  {'running' if info.running else 'ended'}  artifact={info.artifact_id}  {info.command}"
-                for info in mine
+                for info in tasks
             )
         else:
             text = "no background tasks in this session (start one with task_start)"
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
-            structured_content={
-                "outcome": "completed",
-                "tasks": [info.model_dump(mode="json", exclude_none=True) for info in mine],
-            },
+            structured_content={"outcome": "completed", "tasks": [_task_facts(info) for info in tasks]},
         )
 
 
@@ -942,6 +974,8 @@ async def open_surface(
     """
     if transport == "http" and not tokens:
         raise no_tokens_error()  # before anything starts, so the caller gets it unwrapped
+    if session_name is not None:
+        _check_session_name(session_name, transport)
     async with trio.open_nursery() as nursery:
         pool = _SessionPool(executor, nursery)
         try:
@@ -950,18 +984,16 @@ async def open_surface(
             pool.close_all()
 
 
-def _open_executor(settings: Settings) -> AbstractAsyncContextManager[Any]:
-    # Imported here so the surface can be built (and its listing tested) over any executor object.
-    from executor.session import open_executor  # type: ignore[attr-defined]  # lands with the pipeline
+async def serve_stdio(settings: Settings, *, session_name: str | None = None, api_key: str | None = None) -> None:
+    """Serve one client over stdin/stdout until stdin closes (EOF), then close its session.
 
-    manager: AbstractAsyncContextManager[Any] = open_executor(settings)
-    return manager
-
-
-async def serve_stdio(settings: Settings, *, session_name: str | None = None) -> None:
-    """Serve one client over stdin/stdout until stdin closes (EOF), then close its session."""
+    Args:
+        settings: the one settings object.
+        session_name: use this named session (attach or create) instead of one for the connection.
+        api_key: the ``openai`` judge's key (the entry point reads it from the environment).
+    """
     async with (
-        _open_executor(settings) as executor,
+        open_executor(settings, api_key=api_key) as executor,
         open_surface(executor, transport="stdio", session_name=session_name) as surface,
     ):
         await surface.server.run_stdio_async()
@@ -988,6 +1020,7 @@ async def serve_http(
     settings: Settings,
     *,
     session_name: str | None = None,
+    api_key: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve streamable HTTP on ``settings.mcp.host:port`` until cancelled; reports the endpoint URL when bound.
@@ -998,7 +1031,7 @@ async def serve_http(
     if not settings.mcp.tokens:
         raise no_tokens_error()
     async with (
-        _open_executor(settings) as executor,
+        open_executor(settings, api_key=api_key) as executor,
         open_surface(
             executor,
             transport="http",

@@ -31,7 +31,7 @@ class FakeSession:
     owner: str | None
     name: str | None = None
     ran: list[str] = field(default_factory=list)
-    tasks: dict[str, tuple[TaskInfo, str | None]] = field(default_factory=dict)
+    tasks: dict[str, TaskInfo] = field(default_factory=dict)
     closed_event: trio.Event = field(default_factory=trio.Event)
     asks: int = 0
 
@@ -82,33 +82,42 @@ class FakeSession:
         return ToolResult(tool="search_output", outcome="completed", text=f"matches in {artifact_id}", data=kwargs)
 
     async def start_task(
-        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None, owner: str | None = None
-    ) -> TaskInfo:
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        owner: str | None = None,
+        approval_handler: Any = None,
+    ) -> ToolResult:
         task_id = f"{self.id}.t{len(self.tasks) + 1}"
-        info = TaskInfo(task_id=task_id, command=command, running=True, artifact_id=f"{self.id}.a99")
-        self.tasks[task_id] = (info, owner)
+        info = TaskInfo(task_id=task_id, command=command, running=True, owner=owner, artifact_id=f"{self.id}.a99")
+        self.tasks[task_id] = info
+        return ToolResult(
+            tool="task",
+            outcome="completed",
+            text=f"started {task_id}",
+            artifact_id=info.artifact_id,
+            data={"task_id": task_id},
+        )
+
+    def _task(self, task_id: str, owner: str | None) -> TaskInfo:
+        info = self.tasks.get(task_id)
+        if info is None or (info.owner is not None and info.owner != owner):
+            raise TaskNotFound(f"no background task {task_id!r} in this session")
         return info
 
-    def _task(self, task_id: str) -> TaskInfo:
-        if task_id not in self.tasks:
-            raise TaskNotFound(f"task {task_id!r} not found")
-        return self.tasks[task_id][0]
-
-    async def read_task(self, task_id: str, **kwargs: Any) -> ToolResult:
-        self._task(task_id)
+    async def read_task(self, task_id: str, *, owner: str | None = None, **kwargs: Any) -> ToolResult:
+        self._task(task_id, owner)
         return ToolResult(tool="task", outcome="completed", text=f"output of {task_id}", data=kwargs)
 
-    async def stop_task(self, task_id: str) -> TaskInfo:
-        info = self._task(task_id).model_copy(update={"running": False})
-        self.tasks[task_id] = (info, self.tasks[task_id][1])
+    async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:
+        info = self._task(task_id, owner).model_copy(update={"running": False})
+        self.tasks[task_id] = info
         return info
 
-    async def list_tasks(self) -> list[TaskInfo]:
-        return [info for info, _ in self.tasks.values()]
-
-    def owner_of(self, task_id: str) -> str | None:
-        entry = self.tasks.get(task_id)
-        return entry[1] if entry is not None else None
+    async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
+        return [info for info in self.tasks.values() if owner is None or info.owner in (None, owner)]
 
 
 @dataclass
@@ -137,8 +146,21 @@ class FakeExecutor:
         finally:
             session.closed_event.set()
 
-    async def attach_session(self, id_or_name: str, *, owner: str | None = None) -> FakeSession:
+    @asynccontextmanager
+    async def attach_session(
+        self,
+        id_or_name: str,
+        *,
+        owner: str | None = None,
+        create: bool = False,
+        profile: str | None = None,
+        image: str | None = None,
+    ) -> AsyncIterator[FakeSession]:
         session = self.kept.get(id_or_name)
+        if session is None and create:
+            session = FakeSession(id=f"s{next(_ids)}", owner=owner, name=id_or_name)
+            self.sessions.append(session)
+            self.kept[id_or_name] = session
         if session is None or session.owner != owner:
             raise SessionNotFound(f"no session {id_or_name!r}")
-        return session
+        yield session  # attached sessions are left running

@@ -206,6 +206,7 @@ async def test_named_session_is_created_once_then_attached() -> None:
             assert not result.is_error
     assert len(executor.sessions) == 1
     assert executor.kept["ci"].ran == ["echo first", "echo second"]
+    assert not executor.kept["ci"].closed  # a named session is left running
 
 
 async def test_task_tools_round_trip(stdio_surface: tuple[McpSurface, FakeExecutor]) -> None:
@@ -214,7 +215,7 @@ async def test_task_tools_round_trip(stdio_surface: tuple[McpSurface, FakeExecut
     async with Client(surface.server) as client:
         started = await client.call_tool("task_start", {"command": "sleep 100"})
         assert started.structured_content is not None
-        task_id = started.structured_content["task"]["task_id"]
+        task_id = started.structured_content["data"]["task_id"]
         read = await client.call_tool("task_read", {"task_id": task_id, "offset": 5})
         stopped = await client.call_tool("task_stop", {"task_id": task_id})
         listing = await client.call_tool("task_list", {})
@@ -305,7 +306,7 @@ async def test_http_tokens_own_their_sessions_artifacts_and_tasks(http_server: H
         started = await a.call_tool("task_start", {"command": "sleep 100"})
     assert ran.structured_content is not None and started.structured_content is not None
     artifact_id = ran.structured_content["artifact_id"]
-    task_id = started.structured_content["task"]["task_id"]
+    task_id = started.structured_content["data"]["task_id"]
     async with _client(http_server.url, TOKEN_B) as b:
         before = await b.call_tool("read_output", {"artifact_id": artifact_id})
         await b.call_tool("bash", {"command": "echo mine"})
