@@ -179,9 +179,13 @@ def _escape_char(char: str) -> tuple[str, str]:
     return f"<U+{code:04X}>", "invisible"
 
 
-def _escape_line(line: str, counts: Counter[str]) -> str:
+_LINE_END_CR = re.compile(r"\r+(?=\n|\Z)")
+
+
+def _escape(text: str, counts: Counter[str]) -> str:
+    """Escape a whole text; no pattern crosses a newline, so lines stay one for one."""
     # A CR (or several) right before the newline is a CRLF ending: it overwrites nothing.
-    stripped = line.rstrip("\r")
+    stripped = _LINE_END_CR.sub("", text)
 
     def replace(match: re.Match[str]) -> str:
         if match.group("sgr") is not None:
@@ -252,7 +256,7 @@ def instruction_lines(text: str) -> tuple[int, ...]:
     inserted into a phrase do not hide it.
     """
     scratch: Counter[str] = Counter()
-    return tuple(sorted(_marks([_escape_line(line, scratch) for line in text.split("\n")])))
+    return tuple(sorted(_marks(_escape(text, scratch).split("\n"))))
 
 
 # --- credentials ----------------------------------------------------------------------------------------------
@@ -265,13 +269,16 @@ _CREDENTIALS: list[tuple[str, re.Pattern[str]]] = [
     ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AIPA|ANPA|ANVA|AGPA)[A-Z0-9]{16}\b")),
     ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{20,255})\b")),
     ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("api_key", re.compile(r"\bsk-(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{20,}")),
-    ("bearer_token", re.compile(r"(?i)\b(?P<keep>bearer\s+)(?!\[REDACTED)[A-Za-z0-9._~+/-]{12,}=*")),
-    ("url_password", re.compile(r"(?i)\b(?P<keep>[a-z][a-z0-9+.-]*://[^\s:/@]+:)(?!\[REDACTED)[^\s@/]+(?=@)")),
+    ("api_key", re.compile(r"\bsk-(?=[A-Za-z0-9_-]{0,512}\d)[A-Za-z0-9_-]{20,512}")),
+    ("bearer_token", re.compile(r"(?i)\b(?P<keep>bearer[ \t]+)(?!\[REDACTED)[A-Za-z0-9._~+/-]{12,}=*")),
+    (
+        "url_password",
+        re.compile(r"(?i)\b(?P<keep>[a-z][a-z0-9+.-]{0,30}://[^\s:/@]{1,256}:)(?!\[REDACTED)[^\s@/]{1,256}(?=@)"),
+    ),
     (
         "secret_value",
         re.compile(
-            r"(?i)(?P<keep>\b[\w.-]*?" + _KEY_WORDS + r"(?:[_-][\w-]*)?[\"']?\s*[:=]\s*[\"']?)"
+            r"(?i)(?P<keep>" + _KEY_WORDS + r"(?:[_-][\w-]{0,64})?[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?)"
             r"(?!\[REDACTED)[^\s\"',;]{6,}"
         ),
     ),
@@ -282,17 +289,19 @@ _PEM_BODY = re.compile(r"^(?P<keep>.{0,16}?)(?:[A-Za-z0-9+/]{8,}={0,2}|(?:Proc-T
 
 
 class _Redactor:
-    """Redacts credential-shaped strings line by line; a private key block spans lines."""
+    """Redacts credential-shaped strings; a private key block spans lines."""
 
     def __init__(self) -> None:
         self.in_pem = False
         self.kinds: Counter[str] = Counter()
 
-    def line(self, line: str) -> str:
-        line = self._pem(line)
+    def text(self, text: str) -> str:
+        # No credential pattern crosses a newline, so whole-text substitution keeps lines one for one.
+        if "PRIVATE KEY" in text:
+            text = "\n".join(self._pem(line) for line in text.split("\n"))
         for kind, pattern in _CREDENTIALS:
-            line = pattern.sub(functools.partial(self._hit, kind=kind), line)
-        return line
+            text = pattern.sub(functools.partial(self._hit, kind=kind), text)
+        return text
 
     def _hit(self, match: re.Match[str], *, kind: str) -> str:
         self.kinds[kind] += 1
@@ -350,20 +359,15 @@ def sanitize(text: str, *, redact_credentials: bool, flagged_lines: Collection[i
         if not 1 <= number <= len(lines):
             raise ValueError(f"flagged line {number} is outside the view's {len(lines)} lines")
     counts: Counter[str] = Counter()
-    escaped = [_escape_line(line, counts) for line in lines]
-    marked = set(flagged_lines) | _marks(escaped)
-    redactor = _Redactor() if redact_credentials else None
-    out: list[str] = []
-    marked_lines: list[int] = []
-    for number, shown in enumerate(escaped, start=1):
-        if redactor is not None:
-            shown = redactor.line(shown)
-        if number in marked:
-            marked_lines.append(number)
-            if not shown.startswith(UNTRUSTED_MARKER):
-                shown = UNTRUSTED_MARKER + shown
-        out.append(shown)
-    redacted = dict(sorted(redactor.kinds.items())) if redactor is not None else {}
+    escaped = _escape(text, counts)
+    marked = set(flagged_lines) | _marks(escaped.split("\n"))
+    redactor = _Redactor()
+    out = (redactor.text(escaped) if redact_credentials else escaped).split("\n")
+    marked_lines = sorted(marked)
+    for number in marked_lines:
+        if not out[number - 1].startswith(UNTRUSTED_MARKER):
+            out[number - 1] = UNTRUSTED_MARKER + out[number - 1]
+    redacted = dict(sorted(redactor.kinds.items()))
     counts["instruction_lines"] = len(marked_lines)
     counts["credentials"] = sum(redacted.values())
     return SanitizedView(

@@ -205,7 +205,8 @@ _STACK = re.compile(
     r"^\s*Traceback \(most recent call last\)|^\s+File \".*\", line \d+|^\s+at [\w$.<>/]+\(.*\)\s*$"
     r"|panicked at |^goroutine \d+ \[|^\s*stack backtrace:"
 )
-_TERM = re.compile(r"[A-Za-z0-9_]*[A-Za-z][A-Za-z0-9_]*")
+# Anchored at word boundaries so a long digit run is scanned once, not once per position.
+_TERM = re.compile(r"\b[A-Za-z0-9_]*[A-Za-z][A-Za-z0-9_]*\b")
 _STOPWORD_TEXT = (
     "the and for with that this from are was were not but you your have has had all any can its into out "
     "use used using via per then than there their they them what when where which who will would should "

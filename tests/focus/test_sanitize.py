@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 import unicodedata
 
 import pytest
@@ -307,3 +308,15 @@ def test_sanitize_is_idempotent_on_escape_soup(parts: list[str]) -> None:
     """Sanitizing a sanitized view changes nothing, whatever mix of escapes and tricks went in."""
     once = _clean("".join(parts))
     assert _clean(once) == once
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["a-" * 50_000, "sk-" * 30_000, "password_" * 10_000, "http://a:" * 20_000, "\x1b[" * 50_000, "ignore " * 30_000],
+    ids=["dashes", "sk", "password", "urls", "csi", "ignore"],
+)
+def test_adversarial_text_stays_linear(raw: str) -> None:
+    """Inputs built to make credential and instruction patterns backtrack sanitize in well under a second each."""
+    started = time.perf_counter()
+    sanitize(raw, redact_credentials=True)
+    assert time.perf_counter() - started < 1.5

@@ -233,3 +233,11 @@ def test_excerpt_hides_control_characters() -> None:
     """A section's excerpt shows control and undecodable characters as ``?``."""
     manifest = split_sections("\x1b[31mred\udcff\x00\n", max_sections=5)
     assert manifest.sections[0].excerpt == "?[31mred??"
+
+
+def test_adversarial_lines_stay_linear() -> None:
+    """Long digit, underscore and punctuation runs split in well under a second."""
+    text = "".join(f"{c * 1000}\n" for c in "1_=-.E ") * 40
+    started = time.perf_counter()
+    split_sections(text, max_sections=2000)
+    assert time.perf_counter() - started < 1.5

@@ -25,7 +25,7 @@ from executor.models import Answer, JudgmentRequest
 
 __all__ = ["answer"]
 
-_WORD = re.compile(r"[A-Za-z0-9_]*[A-Za-z][A-Za-z0-9_]*")
+_WORD = re.compile(r"\b[A-Za-z0-9_]*[A-Za-z][A-Za-z0-9_]*\b")
 _STOPWORD_TEXT = (
     "the and for with that this from are was were not but you your have has had all any can its into out "
     "use used using via per then than there their they them what when where which who will would should "
