@@ -174,6 +174,18 @@ async def test_http_bash_recovery_and_approvals(http_server: HttpServer) -> None
         await _exercise(client, answers, "http")
 
 
+async def test_http_write_approval_shows_the_diff(http_server: HttpServer) -> None:
+    """A write the policy asks about shows its diff in the elicitation; accepted, exactly that content is written."""
+    answers = Answers()
+    answers.approve()
+    async with _http_client(http_server.url, TOKEN_A, elicitation_callback=answers) as client:
+        written = await client.call_tool("write_file", {"path": ".envrc", "content": "export MCP_E2E=1\n"})
+        assert not written.is_error, _text(written)
+        assert "+export MCP_E2E=1" in answers.shown[-1] and ".envrc" in answers.shown[-1]
+        shown = await client.call_tool("bash", {"command": "cat .envrc"})
+    assert "[stdout]\nexport MCP_E2E=1\n" in _text(shown), _text(shown)
+
+
 async def test_http_client_without_elicitation_is_blocked(http_server: HttpServer) -> None:
     """A client that cannot be asked gets the blocked result telling the agent to ask the user; nothing runs."""
     async with _http_client(http_server.url, TOKEN_B) as client:

@@ -226,6 +226,16 @@ async def test_task_tools_round_trip(stdio_surface: tuple[McpSurface, FakeExecut
     assert [task["task_id"] for task in listing.structured_content["tasks"]] == [task_id]
 
 
+async def test_bad_session_name_is_refused_before_anything_starts() -> None:
+    """A --session name the backend would refuse is a ConfigError naming the option."""
+    with pytest.raises(ConfigError, match=r"^--session: session name 'no spaces' must be"):
+        async with open_surface(FakeExecutor(), transport="stdio", session_name="no spaces"):
+            pass
+    with pytest.raises(ConfigError, match=r"over HTTP each token's session is named NAME\.mcp-<hash>"):
+        async with open_surface(FakeExecutor(), transport="http", session_name="n" * 50, tokens=(TOKEN_A,)):
+            pass
+
+
 def test_owner_is_a_hash_prefix_never_the_token() -> None:
     """The owner id is stable per token, differs between tokens, and does not contain the token."""
     owner = owner_for_token(TOKEN_A)
@@ -322,6 +332,24 @@ async def test_http_tokens_own_their_sessions_artifacts_and_tasks(http_server: H
     assert owners == {owner_for_token(TOKEN_A), owner_for_token(TOKEN_B)}
     session_a = next(s for s in http_server.executor.sessions if s.owner == owner_for_token(TOKEN_A))
     assert session_a.ran == ["echo secret"]
+
+
+async def test_http_named_session_is_per_token() -> None:
+    """Over HTTP, --session NAME gives each token its own kept session (NAME.<owner>)."""
+    executor = FakeExecutor()
+    async with (
+        open_surface(executor, transport="http", tokens=(TOKEN_A, TOKEN_B), session_name="ci") as surface,
+        trio.open_nursery() as nursery,
+    ):
+        url = await nursery.start(serve_http_app, surface.http_app(), "127.0.0.1", 0)
+        for token in (TOKEN_A, TOKEN_B, TOKEN_A):
+            async with _client(url, token) as client:
+                result = await client.call_tool("bash", {"command": f"echo {token[6]}"})
+            assert not result.is_error, _text(result)
+        nursery.cancel_scope.cancel()
+    assert sorted(executor.kept) == sorted(f"ci.{owner_for_token(t)}" for t in (TOKEN_A, TOKEN_B))
+    assert executor.kept[f"ci.{owner_for_token(TOKEN_A)}"].ran == ["echo a", "echo a"]
+    assert executor.kept[f"ci.{owner_for_token(TOKEN_B)}"].ran == ["echo b"]
 
 
 @sdk_client_sse_leak
