@@ -178,6 +178,14 @@ class WriteSettings(_Section):
     """Mode of a file the write creates (an existing file keeps its own mode)."""
     diff_max_lines: int = Field(200, ge=1, le=100_000)
     """Lines of unified diff shown for review; the rest is summarised."""
+    diff_line_chars: int = Field(2_000, ge=80, le=1_000_000)
+    """Longest diff line shown; a longer one (a minified file) is cut so a review stays bounded in bytes."""
+    diff_source_bytes: Bytes = Field(256 * 1024, ge=1024, le=64 * _MIB)
+    """Of each side, at most this much is diffed (difflib is quadratic in the worst case); the review says so."""
+    op_timeout_ms: int = Field(120_000, ge=1_000, le=3_600_000)
+    """Deadline of one file operation in the agent (stat, read, staged write) before its content is counted."""
+    op_timeout_ms_per_mib: int = Field(1_000, ge=0, le=600_000)
+    """Extra deadline per MiB of content carried to the agent."""
     max_path_chars: int = Field(4096, ge=16, le=65536)
     """Longest path accepted."""
     max_component_chars: int = Field(255, ge=1, le=4096)

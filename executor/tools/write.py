@@ -58,17 +58,8 @@ __all__ = ["AGENT_PATH", "AgentRunner", "PreparedWrite", "WriteResult", "WriteTo
 AGENT_PATH: Final = "/.executor/agent"
 """Where the agent binary lives in every session container."""
 
-_DIFF_SOURCE_BYTES: Final = 256 * 1024
-"""Of either side, at most this much is diffed: difflib is quadratic in the worst case and a review of more is
-unreadable anyway. The review says when it covers only a prefix."""
-_DIFF_LINE_CHARS: Final = 2_000
-"""Longest diff line shown; a minified file's single line is cut, so a review stays bounded in bytes too."""
 _OUTPUT_CAP: Final = 64 * 1024
 """Largest JSON answer the agent sends for fs-stat/fs-write (it prints one short line)."""
-_BASE_TIMEOUT_MS: Final = 120_000
-"""Deadline of one file operation before its content is counted: hashing a large existing file takes time."""
-_TIMEOUT_MS_PER_MIB: Final = 1_000
-"""Extra deadline per MiB of content carried over the protocol."""
 _GRACE_MS: Final = 2_000
 """fs-write unlinks its staging file on SIGTERM; it needs only a moment."""
 _DRAIN_MS: Final = 1_000
@@ -188,6 +179,8 @@ def render_diff(
     old_sha256: str | None,
     new_sha256: str,
     max_lines: int,
+    max_line_chars: int = 2_000,
+    source_bytes: int = 256 * 1024,
 ) -> tuple[str, bool, bool]:
     """A bounded unified diff for review.
 
@@ -226,16 +219,16 @@ def render_diff(
         if len(shown) >= max_lines:
             hidden += 1
             continue
-        if len(line) > _DIFF_LINE_CHARS:
-            cut = len(line.rstrip("\n")) - _DIFF_LINE_CHARS
-            line = line[:_DIFF_LINE_CHARS] + f" [... {cut} more characters on this line]\n"
+        if len(line) > max_line_chars:
+            cut = len(line.rstrip("\n")) - max_line_chars
+            line = line[:max_line_chars] + f" [... {cut} more characters on this line]\n"
         shown.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     if not shown:
         shown.append(f"No change: {path} already holds this content.\n")
     if hidden:
         shown.append(f"[... {hidden} more diff lines not shown (write.diff_max_lines = {max_lines})]\n")
     if prefix_only:
-        shown.append(f"[the diff covers only the first {_DIFF_SOURCE_BYTES} bytes of each side]\n")
+        shown.append(f"[the diff covers only the first {source_bytes} bytes of each side]\n")
     return "".join(shown), bool(hidden) or prefix_only, False
 
 
@@ -316,12 +309,14 @@ class WriteTool:
             lambda: render_diff(
                 resolved,
                 old,
-                content[:_DIFF_SOURCE_BYTES],
+                content[: self._settings.diff_source_bytes],
                 old_size=reviewed.size,
                 new_size=len(content),
                 old_sha256=reviewed.sha256,
                 new_sha256=content_sha,
                 max_lines=self._settings.diff_max_lines,
+                max_line_chars=self._settings.diff_line_chars,
+                source_bytes=self._settings.diff_source_bytes,
             )
         )
         if unreadable:
@@ -415,10 +410,10 @@ class WriteTool:
             if state.sha256 is None:
                 return state, None, True  # the session user cannot read it: review metadata only
             read_out, data = await self._call(
-                [self._agent, "fs-read", path, "--max", str(_DIFF_SOURCE_BYTES)],
+                [self._agent, "fs-read", path, "--max", str(self._settings.diff_source_bytes)],
                 path,
                 stdin=None,
-                cap=_OUTPUT_CAP + _DIFF_SOURCE_BYTES,
+                cap=_OUTPUT_CAP + self._settings.diff_source_bytes,
                 phase="read",
             )
             seen = self._state(read_out, path)
@@ -446,7 +441,7 @@ class WriteTool:
             command=shlex.join(argv),
             cwd="/",
             stdin=stdin,
-            timeout_ms=_BASE_TIMEOUT_MS + _TIMEOUT_MS_PER_MIB * (size >> 20),
+            timeout_ms=self._settings.op_timeout_ms + self._settings.op_timeout_ms_per_mib * (size >> 20),
             grace_ms=_GRACE_MS,
             drain_ms=_DRAIN_MS,
             kill_orphans=True,

@@ -20,11 +20,12 @@ import pytest
 import trio
 
 import executor.tools.write as write_module
-from executor.config import Profile, WriteSettings
+from executor.config import Profile, WriteSettings, load_settings
 from executor.errors import (
     ActionConsumed,
     AgentProtocolError,
     ChangedSinceReview,
+    ConfigError,
     ContentRejected,
     PathRejected,
     UnsafeTarget,
@@ -424,3 +425,48 @@ def test_public_names() -> None:
         "WriteTool",
         "render_diff",
     ]
+
+
+# ---------------------------------------------------------------- write settings: effect, default, rejection
+
+
+async def test_operation_deadline_follows_the_settings(client: LocalAgentClient, ws: Path) -> None:
+    """Each agent file operation gets write.op_timeout_ms plus write.op_timeout_ms_per_mib per MiB of content."""
+    tool = make_tool(client, ws, op_timeout_ms=5_000, op_timeout_ms_per_mib=700)
+    content = b"x" * (3 * 1024 * 1024)
+    prepared = await tool.prepare("big.bin", content)
+    await tool.execute(prepared, content)
+    write_spec = client.specs[-1]
+    assert write_spec.timeout_ms == 5_000 + 3 * 700
+    assert WriteSettings().op_timeout_ms == 120_000 and WriteSettings().op_timeout_ms_per_mib == 1_000
+
+
+def test_diff_line_and_source_caps_follow_the_settings() -> None:
+    """Long diff lines are cut at diff_line_chars, and a diff of a prefix says how many bytes it covers."""
+    new = b"y" * 500 + b"\n"
+    diff, truncated, _binary = render_diff(
+        "/w/f",
+        b"",
+        new,
+        old_size=0,
+        new_size=5000,
+        old_sha256=None,
+        new_sha256="0" * 64,
+        max_lines=50,
+        max_line_chars=100,
+        source_bytes=501,
+    )
+    assert "[... 401 more characters on this line]" in diff
+    assert "first 501 bytes of each side" in diff
+    assert truncated
+    assert (WriteSettings().diff_line_chars, WriteSettings().diff_source_bytes) == (2_000, 256 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("diff_line_chars", 10), ("diff_source_bytes", 1), ("op_timeout_ms", 0), ("op_timeout_ms_per_mib", -1)],
+)
+def test_bad_write_settings_are_rejected_at_load(field: str, value: int) -> None:
+    """Out-of-range write settings fail at load, naming the field."""
+    with pytest.raises(ConfigError, match=rf"write\.{field}"):
+        load_settings(overrides={"write": {field: value}})
