@@ -8,6 +8,7 @@ import typer
 
 from executor.cli import agent_cmd, config_cmd, mcp_cmd
 from executor.cli._common import CliState
+from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
 
 app = typer.Typer(
@@ -20,6 +21,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(agent_cmd.app, name="agent")
 app.command("replay")(replay_command)
 app.command("mcp")(mcp_cmd.mcp)
+app.command("exec")(exec_command)
 
 
 @app.callback()

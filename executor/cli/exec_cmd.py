@@ -1,0 +1,313 @@
+"""``executor exec [--session ID|NAME] [options] [--json] -- COMMAND...``: run one command in a sandbox session.
+
+Without ``--session`` the command runs in a throwaway session (started, then removed). With ``--session NAME`` it
+runs in that session, which is started under that name when it does not exist yet (CI friendly) and is left
+running (``executor session stop NAME`` removes it). ``COMMAND`` is one bash script (``-- 'make && make test'``),
+or, given as several words, an argv that is shell-quoted word by word (``-- ls "my file"``).
+
+Output: the presented view (bounded, sanitized, with the artifact id to recover the whole output from) on stdout.
+
+Exit codes:
+
+* the command's own status: ``0``, ``1``..``255``, ``128+N`` when signal N ended it (``137`` for the OOM killer);
+* ``2``: bad input (an unknown profile or session, a bad ``--env``, a timeout above the cap, an unreadable
+  ``--stdin`` file);
+* ``75``: blocked: the policy asks about the command and nobody can answer (no terminal); nothing ran;
+* ``77``: denied by the policy or the judge, or the approval was declined; nothing ran;
+* ``124``: the command hit ``--timeout-ms`` (its whole process group was killed);
+* ``125``: the executor failed (engine down, image missing, sandbox lost);
+* ``130``: interrupted (Ctrl-C); the command's process group is killed.
+
+``--json`` prints one object, whatever happened::
+
+    {"outcome": "completed" | "failed" | "timeout" | "cancelled" | "blocked" | "denied" | "error",
+     "exit_code": int,               # this process's exit status (the table above)
+     "command_exit_code": int|null,  # the command's shell-style status when it ran (128+N for a signal)
+     "artifact_id": str|null,        # every stream kept whole: `executor output read|search ID`
+     "action_id": str|null,
+     "text": str,                    # the presented view, as printed without --json
+     "run": {"cause", "exit_code", "signal", "duration_ms", "cpu_ms", "max_rss_kb", "stream_bytes",
+             "orphans_left", "orphans_killed", "drain_cut"} | null,
+     "session": str|null}            # the session id (null when none could be started)
+
+``outcome`` tells a timeout (``"timeout"``, exit 124) from a command that itself exits 124 (``"failed"``, exit
+124). When the executor fails before a result exists, the object is ``{"outcome": "error", "error": MESSAGE,
+"exit_code": 2 | 125}``.
+
+This module also holds the session plumbing shared by ``write``, ``bg`` and ``output``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, NoReturn, TypeVar
+
+import trio
+import typer
+
+from executor.cli._common import (
+    EXIT_BLOCKED,
+    EXIT_DENIED,
+    EXIT_FAILURE,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    emit,
+    fail,
+    progress,
+    state,
+)
+from executor.config import Settings
+from executor.errors import (
+    ArtifactError,
+    CommandRejected,
+    ConfigError,
+    ContentRejected,
+    ExecutorError,
+    PathRejected,
+    SessionNotFound,
+    TaskNotFound,
+    UnsafeTarget,
+)
+from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
+from executor.gate.judge import api_key_from
+from executor.session import Executor, FocusMode, Session, ToolResult, open_executor
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "CliSession",
+    "exec_command",
+    "exit_code_of",
+    "interactive_handler",
+    "run_cli",
+    "session_scope",
+]
+
+EXIT_INTERRUPTED: Final = 130
+"""Ctrl-C (128 + SIGINT), as shells report it."""
+
+_FOCUS_MODES: Final[tuple[FocusMode, ...]] = ("off", "shadow", "on")
+_USAGE_ERRORS: Final = (
+    ConfigError,
+    SessionNotFound,
+    TaskNotFound,
+    CommandRejected,
+    PathRejected,
+    ContentRejected,
+    UnsafeTarget,
+    ArtifactError,
+)
+"""Errors that mean "fix your input" (exit 2); every other ExecutorError is an executor failure (exit 125)."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CliSession:
+    """Which session a command runs in, as the options gave it."""
+
+    json_mode: bool
+    """Quiet progress, one JSON object on stdout."""
+    session: str | None = None
+    """A session id or name; None means a throwaway session."""
+    create: bool = True
+    """Start a named session that does not exist yet (``exec``, ``write``, ``bg start``)."""
+    profile: str | None = None
+    """Profile of a session started here."""
+    image: str | None = None
+    """Image override of a session started here."""
+
+
+def interactive_handler(*, stdin_used: bool = False) -> ApprovalHandler | None:
+    """The terminal approval handler when a person can answer (stdin and stderr are terminals), else None.
+
+    Args:
+        stdin_used: stdin already carried the command's input or the file's content, so it cannot carry an answer.
+    """
+    if stdin_used or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    return TerminalApprovalHandler()
+
+
+@asynccontextmanager
+async def session_scope(ex: Executor, where: CliSession) -> AsyncIterator[Session]:
+    """Open a throwaway session (removed on exit) or attach to a named one (left running), narrating on a terminal.
+
+    Raises:
+        SessionNotFound: ``where.create`` is False and there is no such running session.
+        ConfigError, ImageError, AgentError, EngineError: a session could not start.
+    """
+    quiet = where.json_mode or not sys.stderr.isatty()
+    if where.session is None:
+        progress("starting a throwaway session", json_mode=quiet)
+        async with ex.open_session(profile=where.profile, image=where.image) as session:
+            yield session
+        return
+    if where.create:
+        progress(f"attaching to session {where.session} (starting it if needed)", json_mode=quiet)
+    async with ex.attach_session(
+        where.session, create=where.create, profile=where.profile, image=where.image
+    ) as session:
+        yield session
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    # Nurseries wrap a body's exception in a group; a single leaf is what happened.
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def run_cli(
+    settings: Settings,
+    where: CliSession,
+    job: Callable[[Session], Awaitable[T]],
+    *,
+    handler: ApprovalHandler | None,
+) -> T:
+    """Run ``job`` in the session ``where`` names, mapping the executor's errors to exit codes (2, 125, 130).
+
+    The entry point reads the judge's key from the environment here, and only the variable the settings name.
+    """
+
+    async def main() -> T:
+        api_key = api_key_from(settings.gate.judge, os.environ)
+        async with (
+            open_executor(settings, approval_handler=handler, api_key=api_key) as ex,
+            session_scope(ex, where) as session,
+        ):
+            return await job(session)
+
+    try:
+        return trio.run(main)
+    except BaseException as exc:
+        handle_error(exc, json_mode=where.json_mode)
+
+
+def handle_error(exc: BaseException, *, json_mode: bool) -> NoReturn:
+    """Exit with the code that ``exc`` (or its single leaf) maps to; re-raise what is not the executor's."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, KeyboardInterrupt):
+        fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode, outcome="cancelled")
+    if isinstance(leaf, _USAGE_ERRORS):
+        raise fail(str(leaf), code=EXIT_USAGE, json_mode=json_mode) from exc
+    if isinstance(leaf, ExecutorError):
+        raise fail(str(leaf), code=EXIT_FAILURE, json_mode=json_mode) from exc
+    raise exc
+
+
+def exit_code_of(result: ToolResult) -> int:
+    """This process's exit status for a tool result (see the module docstring)."""
+    if result.outcome == "blocked":
+        return EXIT_BLOCKED
+    if result.outcome == "denied":
+        return EXIT_DENIED
+    if result.outcome == "timeout":
+        return EXIT_TIMEOUT
+    if result.outcome == "cancelled":
+        return EXIT_INTERRUPTED
+    if result.outcome == "error":
+        return EXIT_FAILURE
+    if result.outcome == "failed":
+        # A run that failed always has a status; a non-run failure (none today) is still a failure.
+        return result.exit_code if result.exit_code is not None else 1
+    return 0
+
+
+def result_json(result: ToolResult, *, code: int, session: str | None) -> dict[str, Any]:
+    """The stable JSON shape of a tool result (see the module docstring)."""
+    return {
+        "outcome": result.outcome,
+        "exit_code": code,
+        "command_exit_code": result.exit_code,
+        "artifact_id": result.artifact_id,
+        "action_id": result.action_id,
+        "text": result.text,
+        "run": None if result.run is None else result.run.model_dump(mode="json"),
+        "session": session,
+    }
+
+
+def command_text(words: Sequence[str]) -> str:
+    """One word is a bash script as is; several words are an argv, quoted word by word."""
+    if len(words) == 1:
+        return words[0]
+    return shlex.join(words)
+
+
+def parse_env(entries: Sequence[str], *, json_mode: bool) -> dict[str, str]:
+    """``K=V`` entries as a mapping; exit 2 on an entry without ``=`` or with an empty key."""
+    env: dict[str, str] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            fail(f"--env {entry!r} is not KEY=VALUE", code=EXIT_USAGE, json_mode=json_mode)
+        env[key] = value
+    return env
+
+
+def read_input(source: str, *, option: str, json_mode: bool) -> bytes:
+    """The bytes of a file, or of stdin for ``-``; exit 2 when the file cannot be read."""
+    if source == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        fail(f"{option} {source}: {exc.strerror or exc}", code=EXIT_USAGE, json_mode=json_mode)
+
+
+def exec_command(
+    ctx: typer.Context,
+    command: list[str] = typer.Argument(..., metavar="-- COMMAND...", help="A bash script, or an argv to quote."),
+    session: str | None = typer.Option(
+        None, "--session", help="Session id or name (a missing name is started and left running); else throwaway."
+    ),
+    profile: str | None = typer.Option(None, "--profile", help="Profile of a session started here."),
+    image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
+    timeout_ms: int | None = typer.Option(None, "--timeout-ms", help="Deadline (default bash.timeout_ms)."),
+    focus_mode: str | None = typer.Option(None, "--focus-mode", help="off, shadow or on (default focus.mode)."),
+    intent: str | None = typer.Option(None, "--intent", help="What you are looking for in the output (focus)."),
+    cwd: str | None = typer.Option(None, "--cwd", help="Working directory (default: the workspace)."),
+    env: list[str] = typer.Option([], "--env", help="KEY=VALUE, repeatable."),
+    stdin: str | None = typer.Option(None, "--stdin", help="Feed this file (or - for stdin) to the command."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """Run a command in a sandbox session; print the presented view; exit with its status."""
+    st = state(ctx)
+    json_mode = st.json or json_output
+    settings = st.settings()
+    words = list(command)
+    if not words or not "".join(words).strip():
+        fail("no command given: executor exec -- COMMAND...", code=EXIT_USAGE, json_mode=json_mode)
+    checked_focus = None
+    if focus_mode is not None:
+        checked_focus = next((mode for mode in _FOCUS_MODES if mode == focus_mode), None)
+        if checked_focus is None:
+            fail(f"--focus-mode {focus_mode!r} is not one of: off, shadow, on", code=EXIT_USAGE, json_mode=json_mode)
+    env_map = parse_env(env, json_mode=json_mode)
+    stdin_bytes = None if stdin is None else read_input(stdin, option="--stdin", json_mode=json_mode)
+    where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)
+    script = command_text(words)
+    session_id: list[str] = []
+
+    async def job(s: Session) -> ToolResult:
+        session_id.append(s.id)
+        return await s.bash(
+            script,
+            cwd=cwd,
+            env=env_map or None,
+            stdin=stdin_bytes,
+            timeout_ms=timeout_ms,
+            focus_mode=checked_focus,
+            intent=intent,
+        )
+
+    result = run_cli(settings, where, job, handler=interactive_handler(stdin_used=stdin == "-"))
+    code = exit_code_of(result)
+    emit(result_json(result, code=code, session=session_id[0]), result.text, json_mode=json_mode)
+    raise typer.Exit(code)
