@@ -178,7 +178,11 @@ class TerminalApprovalHandler:
         self._stdout = stdout if stdout is not None else sys.stderr
 
     async def __call__(self, request: ApprovalRequest) -> bool:
-        """Show ``request`` and return True only for an explicit yes."""
+        """Show ``request`` and return True only for an explicit yes.
+
+        Raises:
+            EOFError: the input ended before an answer (:func:`request_approval` turns it into a denial).
+        """
         out = self._stdout
         out.write("\n=== approval needed ===\n")
         for reason in request.reasons:
@@ -189,7 +193,7 @@ class TerminalApprovalHandler:
         line = await trio.to_thread.run_sync(self._stdin.readline, abandon_on_cancel=True)
         if not line:
             out.write("\n(end of input: denied)\n")
-            return False
+            raise EOFError("end of input before an answer")
         return line.strip().lower() in ("y", "yes")
 
 
@@ -232,6 +236,8 @@ async def request_approval(
         raise ApprovalRequired(blocked_result_text(request))
     try:
         answer = await handler(request)
+    except EOFError as exc:
+        raise ActionDenied("end of input (EOF) before an answer counts as a denial; nothing ran") from exc
     except Exception as exc:
         raise ActionDenied(
             f"the approval handler failed ({type(exc).__name__}); treated as a denial, nothing ran"

@@ -180,7 +180,7 @@ async def test_the_terminal_handler_defaults_to_no_and_eof_denies(typed: str, ap
     if approved:
         await run()
     else:
-        with pytest.raises(ActionDenied):
+        with pytest.raises(ActionDenied, match="EOF" if typed == "" else "denied"):
             await run()
     assert ran == ([True] if approved else [])
     assert "rm -rf build" in out.getvalue() and "[y/N]" in out.getvalue()
