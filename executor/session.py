@@ -71,7 +71,7 @@ from executor.journal.events import (
     SessionOpened,
     StaticVerdict,
 )
-from executor.models import BashAction, JudgmentRecord, JudgmentRequest, RunResult, WriteAction
+from executor.models import BashAction, JudgmentRecord, JudgmentRequest, RunResult, RunSpec, WriteAction
 from executor.sandbox.agent.client import AgentClient, open_agent_client
 from executor.sandbox.base import Backend, SessionInfo, open_backend
 from executor.tools.bash import build_run_spec
@@ -443,6 +443,28 @@ class Session:
             return self._ex.approval_handler
         return given  # type: ignore[return-value]  # an ApprovalHandler or None, by the public signatures
 
+    async def _gate_run(
+        self, spec: RunSpec, approval_handler: object, *, tool: Literal["bash", "task"]
+    ) -> tuple[str, ToolResult | None]:
+        """Gate the exact run ``spec``; returns its action id and, unless it may run, the result to return."""
+        action = BashAction(
+            session_id=self.id,
+            command=spec.command,
+            cwd=spec.cwd,
+            env=spec.env,
+            stdin_sha256=None if spec.stdin is None else hashlib.sha256(spec.stdin).hexdigest(),
+            timeout_ms=spec.timeout_ms,
+        )
+        action_id = self._new_action_id()
+
+        async def same_identity() -> str:
+            return action.identity()
+
+        gated = await self._gate_action(
+            action_id, action, self._handler(approval_handler), tool=tool, current_identity=same_identity
+        )
+        return action_id, gated
+
     async def bash(
         self,
         command: str,
@@ -479,22 +501,7 @@ class Session:
             stdin=stdin,
             timeout_ms=timeout_ms,
         )
-        action = BashAction(
-            session_id=self.id,
-            command=spec.command,
-            cwd=spec.cwd,
-            env=spec.env,
-            stdin_sha256=None if stdin is None else hashlib.sha256(stdin).hexdigest(),
-            timeout_ms=spec.timeout_ms,
-        )
-        action_id = self._new_action_id()
-
-        async def same_identity() -> str:
-            return action.identity()
-
-        gated = await self._gate_action(
-            action_id, action, self._handler(approval_handler), tool="bash", current_identity=same_identity
-        )
+        action_id, gated = await self._gate_run(spec, approval_handler, tool="bash")
         if gated is not None:
             return gated
         capture = self.artifacts.begin(kind="bash", streams=("stdout", "stderr"), meta={"action_id": action_id})
@@ -732,15 +739,7 @@ class Session:
             raise CommandRejected(
                 f"{len(running)} background tasks already run (bash.max_background_tasks); stop one with task_stop"
             )
-        action = BashAction(session_id=self.id, command=spec.command, cwd=spec.cwd, env=spec.env, timeout_ms=None)
-        action_id = self._new_action_id()
-
-        async def same_identity() -> str:
-            return action.identity()
-
-        gated = await self._gate_action(
-            action_id, action, self._handler(approval_handler), tool="task", current_identity=same_identity
-        )
+        action_id, gated = await self._gate_run(spec, approval_handler, tool="task")
         if gated is not None:
             return gated
         task_id = await self._client.start_task(spec)

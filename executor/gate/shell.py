@@ -72,7 +72,8 @@ class ParsedCommand:
     """Every argv a rule should be matched against: each segment, its argv[0] reduced to a basename, and the
     command each wrapper (``sudo``, ``env``, ``xargs`` ...) would run."""
     redirect_targets: tuple[str, ...]
-    """Words that follow a redirection operator (files the command may write or read)."""
+    """Words that follow an output redirection (``>``, ``>>``, ``>|``, ``&>``, ``<>``): files the command may write.
+    Input redirections (``<``, here-documents and here-strings) only read, so their words are not listed."""
 
 
 def is_simple(command: str) -> bool:
@@ -178,10 +179,12 @@ def _collect(command: str, depth: int, segments: list[tuple[str, ...]], redirect
     ok = True
     current: list[str] = []
     expect_target = False
+    target_written = False
     for token, operator in tokens:
         if operator:
             if "<" in token or ">" in token:
                 expect_target = True
+                target_written = ">" in token
                 if current and current[-1].isdigit():
                     current.pop()  # an fd number such as the 2 in 2>&1
                 if token.endswith("("):  # process substitution <( ... )
@@ -195,7 +198,7 @@ def _collect(command: str, depth: int, segments: list[tuple[str, ...]], redirect
             continue
         if expect_target:
             expect_target = False
-            if not token.lstrip("&-").isdigit():
+            if target_written and not token.lstrip("&-").isdigit():
                 redirects.append(token)
             continue
         current.append(token)

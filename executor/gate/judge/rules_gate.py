@@ -304,7 +304,9 @@ def assess_command(command: str, findings: Findings, *, workspace: str, home: st
     if _PIPE_TO_SHELL.search(command):
         findings.raise_to("obfuscation", 2, "pipes generated text into a shell")
     if _ESCAPES.search(command):
-        findings.raise_to("obfuscation", 2, "uses hex, octal or unicode escapes")
+        # Escapes alone are common (colours, binary test data): a risk a person can review. Escapes that reach
+        # a shell or eval are caught above (pipe to shell) and below (computed command names) at level 2.
+        findings.raise_to("obfuscation", 1, "uses hex, octal or unicode escapes")
     if _IFS.search(command):
         findings.raise_to("obfuscation", 2, "uses $IFS to hide word boundaries")
     if _CONTROL.search(command):

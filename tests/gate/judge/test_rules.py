@@ -44,6 +44,11 @@ def _request(command: str, sandbox: dict[str, str] | None = None) -> JudgmentReq
         ("cp evil ~/.bashrc", "sensitive_path", 2),
         ("git config core.fsmonitor ./x", "sensitive_path", 3),
         ("tee /etc/profile.d/x.sh", "sensitive_path", 2),
+        ("printf '\\033[1mbold\\033[0m\\n'", "obfuscation", 1),
+        ("printf '\\x72\\x6d -rf /' | sh", "obfuscation", 2),
+        ("tr '\\0' ' ' < /proc/1/cmdline", "sensitive_path", 0),
+        ("cat <<EOF > notes.txt", "sensitive_path", 0),
+        ("echo x >> /etc/passwd", "sensitive_path", 2),
     ],
 )
 async def test_gate_rules_raise_the_expected_level(command: str, question: str, level: int) -> None:
