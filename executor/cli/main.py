@@ -6,10 +6,11 @@ from pathlib import Path
 
 import typer
 
-from executor.cli import agent_cmd, config_cmd, mcp_cmd
+from executor.cli import agent_cmd, bg_cmd, config_cmd, mcp_cmd, output_cmd
 from executor.cli._common import CliState
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
+from executor.cli.write_cmd import write_command
 
 app = typer.Typer(
     help="A sandboxed, container-backed executor for AI agents.",
@@ -22,6 +23,9 @@ app.add_typer(agent_cmd.app, name="agent")
 app.command("replay")(replay_command)
 app.command("mcp")(mcp_cmd.mcp)
 app.command("exec")(exec_command)
+app.command("write")(write_command)
+app.add_typer(output_cmd.app, name="output")
+app.add_typer(bg_cmd.app, name="bg")
 
 
 @app.callback()

@@ -1,0 +1,227 @@
+"""``executor bg start|read|stop|ls``: background tasks in a named session.
+
+``executor bg start --session S [--profile P] [--image I] [--cwd DIR] [--env K=V ...] -- COMMAND...``
+``executor bg read TASK --session S [--stream stdout|stderr] [--offset N] [--max-bytes M]``
+``executor bg stop TASK --session S``
+``executor bg ls --session S``
+
+A background task outlives the command that started it, so it needs a session that does too: ``--session`` is
+required (``start`` starts a missing named session and leaves it running; the others need it running). A task is
+gated like ``exec`` (no deadline); its output is read by whole-stream byte offsets (``read`` prints where the next
+read starts). ``COMMAND`` is one bash script, or several words quoted as an argv (see ``executor exec``).
+
+Exit codes: ``0`` done; ``2`` bad input (no ``--session``, unknown session or task, too many tasks already
+running); ``75`` blocked and ``77`` denied (``start``: nothing started); ``125`` executor failure.
+
+``--json`` shapes (one object each):
+
+* ``start``: ``{"outcome": "completed" | "blocked" | "denied", "exit_code", "task_id": str|null, "artifact_id",
+  "action_id", "text", "session"}``;
+* ``read``: ``{"outcome": "completed", "exit_code": 0, "task_id", "stream", "offset", "next_offset", "end",
+  "dropped", "running", "run": {...}|null, "text", "session"}``: ``offset``..``next_offset`` are the bytes shown,
+  ``end`` the bytes the stream has so far, ``dropped`` the first byte still held (the agent's ring buffer drops
+  older bytes), ``run`` how the task ended once it has;
+* ``stop``: ``{"outcome": "ok", "exit_code": 0, "task": TASK, "text", "session"}``;
+* ``ls``: ``{"outcome": "ok", "exit_code": 0, "tasks": [TASK, ...], "session"}``;
+
+``TASK`` is ``{"task_id", "command", "running", "owner", "artifact_id", "result": {...}|null}``. Failures:
+``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import typer
+
+from executor.cli._common import EXIT_USAGE, emit, fail, state
+from executor.cli.exec_cmd import (
+    CliSession,
+    command_text,
+    exit_code_of,
+    interactive_handler,
+    parse_env,
+    run_cli,
+)
+from executor.focus.sanitize import sanitize
+from executor.models import RunResult
+from executor.session import Session, TaskInfo, ToolResult
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Background tasks in a named session: start, read, stop, list.", no_args_is_help=True)
+
+_SESSION_HELP = "Session id or name (required: a task outlives this command)."
+
+
+def _need_session(session: str | None, *, json_mode: bool) -> str:
+    if session is None:
+        fail(
+            "background tasks need a session that outlives this command: pass --session NAME "
+            "(`bg start` starts a missing one)",
+            code=EXIT_USAGE,
+            json_mode=json_mode,
+        )
+    return session
+
+
+def _ended(result: RunResult | None) -> str:
+    if result is None:
+        return "ended"
+    if result.cause == "exited":
+        return f"exited {result.exit_code} after {result.duration_ms / 1000:.2f}s"
+    if result.signal is not None:
+        return f"killed by signal {result.signal} after {result.duration_ms / 1000:.2f}s ({result.cause})"
+    return f"ended ({result.cause}) after {result.duration_ms / 1000:.2f}s"
+
+
+@app.command("start")
+def start(
+    ctx: typer.Context,
+    command: list[str] = typer.Argument(..., metavar="-- COMMAND...", help="A bash script, or an argv to quote."),
+    session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
+    profile: str | None = typer.Option(None, "--profile", help="Profile of a session started here."),
+    image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
+    cwd: str | None = typer.Option(None, "--cwd", help="Working directory (default: the workspace)."),
+    env: list[str] = typer.Option([], "--env", help="KEY=VALUE, repeatable."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """Start a command in the background and print its task id at once."""
+    st = state(ctx)
+    json_mode = st.json or json_output
+    named = _need_session(session, json_mode=json_mode)
+    settings = st.settings()
+    if not command or not "".join(command).strip():
+        fail("no command given: executor bg start --session S -- COMMAND...", code=EXIT_USAGE, json_mode=json_mode)
+    env_map = parse_env(env, json_mode=json_mode)
+    script = command_text(command)
+    where = CliSession(json_mode=json_mode, session=named, profile=profile, image=image)
+    session_id: list[str] = []
+
+    async def job(s: Session) -> ToolResult:
+        session_id.append(s.id)
+        return await s.start_task(script, cwd=cwd, env=env_map or None)
+
+    result = run_cli(settings, where, job, handler=interactive_handler())
+    code = exit_code_of(result)
+    task_id = (result.data or {}).get("task_id")
+    data = {
+        "outcome": result.outcome,
+        "exit_code": code,
+        "task_id": task_id,
+        "artifact_id": result.artifact_id,
+        "action_id": result.action_id,
+        "text": result.text,
+        "session": session_id[0],
+    }
+    emit(data, result.text, json_mode=json_mode)
+    raise typer.Exit(code)
+
+
+@app.command("read")
+def read(
+    ctx: typer.Context,
+    task_id: str = typer.Argument(..., metavar="TASK", help="A task id from `bg start` or `bg ls`."),
+    session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
+    stream: str = typer.Option("stdout", "--stream", help="stdout or stderr."),
+    offset: int = typer.Option(0, "--offset", help="Whole-stream byte offset to read from (a read's next_offset)."),
+    max_bytes: int = typer.Option(65_536, "--max-bytes", help="Most bytes to read."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """Print a task's output from a byte offset, and where the next read starts."""
+    st = state(ctx)
+    json_mode = st.json or json_output
+    named = _need_session(session, json_mode=json_mode)
+    settings = st.settings()
+    checked: Literal["stdout", "stderr"]
+    if stream == "stdout":
+        checked = "stdout"
+    elif stream == "stderr":
+        checked = "stderr"
+    else:
+        fail(f"--stream {stream!r} is not one of: stdout, stderr", code=EXIT_USAGE, json_mode=json_mode)
+    if offset < 0 or max_bytes < 1:
+        fail("--offset must be at least 0 and --max-bytes at least 1", code=EXIT_USAGE, json_mode=json_mode)
+    where = CliSession(json_mode=json_mode, session=named, create=False)
+    session_id: list[str] = []
+
+    async def job(s: Session) -> ToolResult:
+        session_id.append(s.id)
+        return await s.read_task(task_id, stream=checked, offset=offset, max_bytes=max_bytes)
+
+    result = run_cli(settings, where, job, handler=None)
+    chunk: dict[str, Any] = dict(result.data or {})
+    data = {
+        "outcome": result.outcome,
+        "exit_code": 0,
+        **{key: chunk.get(key) for key in ("task_id", "stream", "offset", "next_offset", "end", "dropped", "running")},
+        "run": None if result.run is None else result.run.model_dump(mode="json"),
+        "text": result.text,
+        "session": session_id[0],
+    }
+    emit(data, result.text, json_mode=json_mode)
+
+
+@app.command("stop")
+def stop(
+    ctx: typer.Context,
+    task_id: str = typer.Argument(..., metavar="TASK", help="A task id from `bg start` or `bg ls`."),
+    session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """Kill a task's whole process group (TERM, grace, KILL) and say how it ended."""
+    st = state(ctx)
+    json_mode = st.json or json_output
+    named = _need_session(session, json_mode=json_mode)
+    settings = st.settings()
+    where = CliSession(json_mode=json_mode, session=named, create=False)
+    session_id: list[str] = []
+
+    async def job(s: Session) -> TaskInfo:
+        session_id.append(s.id)
+        return await s.stop_task(task_id)
+
+    info = run_cli(settings, where, job, handler=None)
+    text = f"stopped task {info.task_id}: {_ended(info.result)}"
+    data = {
+        "outcome": "ok",
+        "exit_code": 0,
+        "task": info.model_dump(mode="json"),
+        "text": text,
+        "session": session_id[0],
+    }
+    emit(data, text, json_mode=json_mode)
+
+
+@app.command("ls")
+def ls(
+    ctx: typer.Context,
+    session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """List a session's background tasks."""
+    st = state(ctx)
+    json_mode = st.json or json_output
+    named = _need_session(session, json_mode=json_mode)
+    settings = st.settings()
+    where = CliSession(json_mode=json_mode, session=named, create=False)
+    session_id: list[str] = []
+
+    async def job(s: Session) -> list[TaskInfo]:
+        session_id.append(s.id)
+        return await s.list_tasks()
+
+    tasks = run_cli(settings, where, job, handler=None)
+    rows = [f"{'TASK':12} {'STATE':8} {'ARTIFACT':20} COMMAND"]
+    for task in tasks:
+        state_text = "running" if task.running else "ended"
+        rows.append(f"{task.task_id:12} {state_text:8} {task.artifact_id or '-':20} {task.command[:200]}")
+    # Commands are the caller's own text, but they are shown on a terminal: escape control characters.
+    text = sanitize("\n".join(rows), redact_credentials=settings.focus.redact_credentials).text
+    data = {
+        "outcome": "ok",
+        "exit_code": 0,
+        "tasks": [task.model_dump(mode="json") for task in tasks],
+        "session": session_id[0],
+    }
+    emit(data, text, json_mode=json_mode)

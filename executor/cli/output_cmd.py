@@ -1,0 +1,155 @@
+"""``executor output read|search ID``: recover a stored stream page by page, or search it.
+
+``executor output read ID [--session S] [--stream S] [--start-line N] [--line-count M] [--start-byte-in-line B]``
+``executor output search ID --pattern P [--session S] [--stream S] [--limit N] [--start-line N]``
+
+Artifacts live on the host, so these commands read the artifact store directly: they work whether the session's
+container is running, stopped or removed, and they need no Docker engine (unless ``--session`` is given as a name,
+which is resolved through the engine). The artifact id names its session (``s-0123456789ab.a3``); ``--session``
+is only a cross-check, and an id of another session is "not found". Pages are rendered exactly as the
+``read_output``/``search_output`` tools render them and sanitized with the deterministic floor of the sanitizer
+(escapes, invisible characters, instruction-like lines marked, credentials redacted per
+``focus.redact_credentials``). Unlike the tools, no sanitize judgment is asked and nothing is journaled: reading
+runs no action.
+
+Exit codes: ``0`` a page (even an empty one); ``2`` bad input (unknown, malformed, foreign or evicted id, unknown
+stream, range out of bounds, a bad or too slow pattern, an unknown session name); ``125`` the store or the engine
+failed.
+
+``--json`` prints ``{"outcome": "completed", "exit_code": 0, "artifact_id", "session", "text", "page"}``, where
+``text`` is the rendered page as printed without ``--json`` and ``page`` the receipts:
+
+* read: ``{"artifact_id", "stream", "start_line", "end_line", "start_byte_in_line", "end_byte_in_line",
+  "next_start_line", "next_start_byte_in_line", "gap_before", "past_end", "complete", ...}`` (the page without its
+  bytes);
+* search: ``{"artifact_id", "stream", "pattern", "start_line", "matches": [{"line", "spans", "truncated",
+  "preview_start"}], "unscannable": [{"line", "reason", "bytes"}], "scanned_lines", "scanned_chars",
+  "page_bounded", "scan_bounded", "next_start_line", "complete", ...}`` (match text only in ``text``, sanitized).
+
+Failures: ``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import trio
+import typer
+
+from executor.artifacts import ArtifactStore, SessionArtifacts, render_read_page, render_search_page
+from executor.cli._common import emit, state
+from executor.cli.exec_cmd import handle_error
+from executor.config import Settings
+from executor.errors import SessionNotFound
+from executor.focus.sanitize import sanitize
+from executor.sandbox.base import open_backend
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Recover stored output: read a page, or search a stream.", no_args_is_help=True)
+
+_SESSION_OF: Final = re.compile(r"(s-[0-9a-f]{12})\.a[1-9][0-9]*")
+_SESSION_ID: Final = re.compile(r"s-[0-9a-f]{12}")
+
+T = TypeVar("T")
+
+
+async def _session_id(settings: Settings, artifact_id: str, session: str | None) -> str:
+    """The session to read: ``--session`` (an id, or a name resolved through the engine), else the id's own."""
+    if session is not None:
+        if _SESSION_ID.fullmatch(session):
+            return session
+        async with open_backend(settings) as backend:
+            return (await backend.find_session(session)).id
+    match = _SESSION_OF.fullmatch(artifact_id)
+    if match is None:
+        raise SessionNotFound(
+            f"{artifact_id[:80]!r} is not an artifact id; use one from a recovery notice, like 's-0123456789ab.a3'"
+        )
+    return match.group(1)
+
+
+def _run(
+    ctx: typer.Context,
+    json_output: bool,
+    artifact_id: str,
+    session: str | None,
+    job: Callable[[SessionArtifacts], Awaitable[tuple[str, dict[str, Any]]]],
+) -> None:
+    st = state(ctx)
+    json_mode = st.json or json_output
+    settings = st.settings()
+
+    async def main() -> tuple[str, str, dict[str, Any]]:
+        session_id = await _session_id(settings, artifact_id, session)
+        with ArtifactStore.open(settings.home, settings.artifacts) as store:
+            rendered, page = await job(store.session(session_id))
+        return session_id, rendered, page
+
+    try:
+        session_id, rendered, page = trio.run(main)
+    except BaseException as exc:
+        handle_error(exc, json_mode=json_mode)
+    text = sanitize(rendered, redact_credentials=settings.focus.redact_credentials).text
+    data = {
+        "outcome": "completed",
+        "exit_code": 0,
+        "artifact_id": artifact_id,
+        "session": session_id,
+        "text": text,
+        "page": page,
+    }
+    emit(data, text, json_mode=json_mode)
+
+
+@app.command("read")
+def read(
+    ctx: typer.Context,
+    artifact_id: str = typer.Argument(..., metavar="ID", help="An artifact id (s-0123456789ab.a3)."),
+    session: str | None = typer.Option(None, "--session", help="Session id or name (default: the id's own)."),
+    stream: str | None = typer.Option(None, "--stream", help="Stream name (default: the artifact's first)."),
+    start_line: int = typer.Option(1, "--start-line", help="True line number to start at (1-based)."),
+    line_count: int | None = typer.Option(None, "--line-count", help="Most lines (default artifacts.read_page_lines)."),
+    start_byte_in_line: int | None = typer.Option(
+        None, "--start-byte-in-line", help="Continue inside a line (from a page's next_start_byte_in_line)."
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """Print one page of a stored stream, with its true line range and where the next page starts."""
+
+    async def job(artifacts: SessionArtifacts) -> tuple[str, dict[str, Any]]:
+        page = artifacts.read_output(
+            artifact_id,
+            stream=stream,
+            start_line=start_line,
+            line_count=line_count,
+            start_byte_in_line=start_byte_in_line,
+        )
+        return render_read_page(page), page.model_dump(mode="json", exclude={"text", "data"})
+
+    _run(ctx, json_output, artifact_id, session, job)
+
+
+@app.command("search")
+def search(
+    ctx: typer.Context,
+    artifact_id: str = typer.Argument(..., metavar="ID", help="An artifact id (s-0123456789ab.a3)."),
+    pattern: str = typer.Option(..., "--pattern", help="A regular expression, matched line by line."),
+    session: str | None = typer.Option(None, "--session", help="Session id or name (default: the id's own)."),
+    stream: str | None = typer.Option(None, "--stream", help="Stream name (default: the artifact's first)."),
+    limit: int = typer.Option(20, "--limit", help="Most matches on the page."),
+    start_line: int = typer.Option(1, "--start-line", help="Resume here (a page's next_start_line)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """Print the matching lines of a stored stream with their true line numbers, and where to resume."""
+
+    async def job(artifacts: SessionArtifacts) -> tuple[str, dict[str, Any]]:
+        page = await artifacts.search_output(
+            artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
+        )
+        receipt = page.model_dump(mode="json", exclude={"matches": {"__all__": {"text"}}})
+        return render_search_page(page), receipt
+
+    _run(ctx, json_output, artifact_id, session, job)

@@ -1,0 +1,79 @@
+"""``executor write [--session ID|NAME] [--profile P] [--image I] PATH [--from FILE|-] [--json]``: write a file.
+
+The content comes from ``--from FILE``, or from stdin (``--from -``, the default). The write is gated on the exact
+path and content like any action: when the policy asks and stdin and stderr are terminals (and stdin did not carry
+the content), the terminal handler shows the diff and asks; otherwise the ask comes back blocked and nothing is
+written. Without ``--session`` the write lands in a throwaway session (useful only to preview a diff); with
+``--session NAME`` a missing named session is started and left running, like ``exec``.
+
+Output: the result view (what was written, its size, mode and digest, and the diff) on stdout.
+
+Exit codes: ``0`` written; ``1`` the container refused the write (a missing folder, a read-only file system, no
+space, ...), nothing written; ``2`` bad input (a refused path, content over ``write.max_bytes``, a symlink on the
+path, an unreadable ``--from`` file, an unknown session); ``75`` blocked; ``77`` denied or declined; ``125``
+executor failure.
+
+``--json`` prints ``{"outcome": "completed" | "blocked" | "denied" | "error", "exit_code": int, "path": str,
+"artifact_id": str|null, "action_id": str|null, "text": str, "write": {"path", "created", "state": {...}, ...}|null,
+"session": str}``; ``write`` is the write tool's result once the file was written. Failures before a result:
+``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from executor.cli._common import emit, state
+from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, read_input, run_cli
+from executor.errors import WriteFailed
+from executor.focus.sanitize import sanitize
+from executor.session import Session, ToolResult
+
+__all__ = ["write_command"]
+
+
+def write_command(
+    ctx: typer.Context,
+    path: str = typer.Argument(..., help="The file to create or replace (relative paths are in the workspace)."),
+    source: str = typer.Option("-", "--from", help="Read the content from this file, or - for stdin (default)."),
+    session: str | None = typer.Option(
+        None, "--session", help="Session id or name (a missing name is started and left running); else throwaway."
+    ),
+    profile: str | None = typer.Option(None, "--profile", help="Profile of a session started here."),
+    image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
+) -> None:
+    """Create or replace a file in a session; print the result and its diff."""
+    st = state(ctx)
+    json_mode = st.json or json_output
+    settings = st.settings()
+    content = read_input(source, option="--from", json_mode=json_mode)
+    where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)
+    session_id: list[str] = []
+
+    async def job(s: Session) -> ToolResult:
+        session_id.append(s.id)
+        try:
+            return await s.write_file(path, content)
+        except WriteFailed as exc:
+            # Refused while the target was reviewed (a missing folder, a file that keeps changing): the same
+            # outcome as a write refused at execution, which the pipeline returns as a result.
+            text = f"[write refused: {exc}]\nnothing was written to {path}"
+            shown = sanitize(text, redact_credentials=settings.focus.redact_credentials).text
+            return ToolResult(tool="write_file", outcome="error", text=shown)
+
+    result = run_cli(settings, where, job, handler=interactive_handler(stdin_used=source == "-"))
+    # A write the container refused is the write failing (like cp failing), not the executor failing.
+    code = 1 if result.outcome == "error" else exit_code_of(result)
+    data = {
+        "outcome": result.outcome,
+        "exit_code": code,
+        "path": path,
+        "artifact_id": result.artifact_id,
+        "action_id": result.action_id,
+        "text": result.text,
+        "write": result.data,
+        "session": session_id[0],
+    }
+    emit(data, result.text, json_mode=json_mode)
+    raise typer.Exit(code)

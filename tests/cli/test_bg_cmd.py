@@ -1,0 +1,60 @@
+"""`executor bg` end to end: start, read by offsets, list and stop a background task in a named session."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.cli_helpers import cli, named_session
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_background_task_lifecycle(home: Path) -> None:
+    """A started task is listed, read from offsets until its output arrives, stopped, and then reported ended."""
+    with named_session(home) as name:
+        started = cli(home, "bg", "start", "--session", name, "--json", "--", "echo first; echo second; sleep 60")
+        assert started.code == 0, started.stderr
+        data = started.json()
+        assert set(data) == {"outcome", "exit_code", "task_id", "artifact_id", "action_id", "text", "session"}
+        task = data["task_id"]
+        assert data["outcome"] == "completed" and task
+
+        listed = cli(home, "bg", "ls", "--session", name, "--json")
+        assert listed.code == 0
+        assert [(t["task_id"], t["running"]) for t in listed.json()["tasks"]] == [(task, True)]
+
+        deadline = time.monotonic() + 30
+        while True:
+            chunk = cli(home, "bg", "read", task, "--session", name, "--json")
+            assert chunk.code == 0, chunk.stdout
+            read = chunk.json()
+            if read["end"] >= len("first\nsecond\n") or time.monotonic() > deadline:
+                break
+        assert (read["offset"], read["next_offset"], read["running"]) == (0, 13, True)
+        assert read["text"].endswith("first\nsecond\n")
+
+        rest = cli(home, "bg", "read", task, "--session", name, "--offset", "6", "--max-bytes", "3", "--json")
+        assert (rest.json()["offset"], rest.json()["next_offset"]) == (6, 9)
+        assert rest.json()["text"].endswith("\nsec")
+
+        stopped = cli(home, "bg", "stop", task, "--session", name, "--json")
+        assert stopped.code == 0
+        assert stopped.json()["task"]["running"] is False
+        assert stopped.json()["task"]["result"]["cause"] in ("cancelled", "signaled")
+
+        ended = cli(home, "bg", "ls", "--session", name)
+        assert ended.code == 0 and f"{task}" in ended.stdout and "ended" in ended.stdout
+
+        unknown = cli(home, "bg", "stop", "t999", "--session", name, "--json")
+        assert unknown.code == 2 and "no background task" in unknown.json()["error"]
+
+
+def test_background_tasks_need_a_session(home: Path) -> None:
+    """Without --session, bg commands exit 2 before starting anything."""
+    ran = cli(home, "bg", "start", "--json", "--", "sleep 1")
+    assert ran.code == 2 and "--session" in ran.json()["error"]
+    missing = cli(home, "bg", "ls", "--session", "cli-test-never-started")
+    assert missing.code == 2 and "no session" in missing.stderr

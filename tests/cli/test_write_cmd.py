@@ -1,0 +1,52 @@
+"""`executor write` end to end: content from stdin or a file, the diff in the result, and the gate's codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.cli_helpers import cli, named_session
+
+pytestmark = pytest.mark.timeout(180)
+
+WRITE_KEYS = {"outcome", "exit_code", "path", "artifact_id", "action_id", "text", "write", "session"}
+
+
+def test_write_then_replace_shows_the_diff_and_lands_in_the_session(home: Path, tmp_path: Path) -> None:
+    """A write from stdin creates the file, one from --from replaces it with a diff, and the session sees the bytes."""
+    with named_session(home) as name:
+        created = cli(home, "write", "--session", name, "--json", "a.txt", stdin=b"one\ntwo\n")
+        assert created.code == 0, created.stderr
+        data = created.json()
+        assert set(data) == WRITE_KEYS
+        assert (data["outcome"], data["write"]["created"], data["write"]["state"]["size"]) == ("completed", True, 8)
+        assert "+one\n+two" in data["text"]
+
+        source = tmp_path / "new.txt"
+        source.write_bytes(b"one\nTWO\n")
+        replaced = cli(home, "write", "--session", name, "a.txt", "--from", str(source))
+        assert replaced.code == 0
+        assert replaced.stdout.startswith("[replaced /workspace/a.txt: 8 bytes")
+        assert "-two\n+TWO" in replaced.stdout
+
+        shown = cli(home, "exec", "--session", name, "--", "cat a.txt")
+        assert "one\nTWO" in shown.stdout
+
+        outside = cli(home, "write", "--session", name, "--json", "/tmp/x.txt", stdin=b"x")
+        assert outside.code == 75 and outside.json()["outcome"] == "blocked" and outside.json()["write"] is None
+
+        denied = cli(home, "write", "--session", name, "--json", ".bashrc", stdin=b"x")
+        assert denied.code == 77 and denied.json()["outcome"] == "denied"
+
+        rejected = cli(home, "write", "--session", name, "--json", "dir/", stdin=b"x")
+        assert rejected.code == 2
+        assert rejected.json()["outcome"] == "error" and "names a directory" in rejected.json()["error"]
+
+        no_folder = cli(home, "write", "--session", name, "--json", "absent/b.txt", stdin=b"x")
+        assert no_folder.code == 1
+        assert (no_folder.json()["outcome"], no_folder.json()["write"]) == ("error", None)
+        assert no_folder.json()["text"].startswith("[write refused: directory /workspace/absent does not exist")
+
+        missing = cli(home, "write", "--session", name, "a.txt", "--from", str(tmp_path / "absent"))
+        assert missing.code == 2 and "--from" in missing.stderr
