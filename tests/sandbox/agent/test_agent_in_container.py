@@ -1,0 +1,182 @@
+"""The termination and bash-semantics catalogue of issue 3, in a real session container (agent as PID 1)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from executor.config import Settings, load_settings
+from executor.session import Executor, Session, open_executor
+
+pytestmark = pytest.mark.docker
+
+_COUNT = (
+    'n=0; for p in /proc/[0-9]*; do case "$(cat $p/cmdline 2>/dev/null | tr "\\0" " ")" in "sleep {tag}"*)'
+    " n=$((n+1));; esac; done; echo alive=$n"
+)
+
+
+def _alive(tag: str) -> str:
+    return _COUNT.replace("{tag}", tag)
+
+
+@pytest.fixture
+def container_settings(base_image: str, home: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings with quick kill bounds, a private home and one shared agent build."""
+    build = tmp_path_factory.getbasetemp() / "agent-build-shared"
+    return load_settings(
+        overrides={
+            "home": str(home),
+            "agent": {"build_dir": str(build)},
+            "bash": {"grace_ms": 300, "drain_ms": 300},
+        }
+    )
+
+
+@pytest.fixture
+async def executor(container_settings: Settings) -> AsyncIterator[Executor]:
+    """An executor on the real engine."""
+    async with open_executor(container_settings) as ex:
+        yield ex
+
+
+@pytest.fixture
+async def session(executor: Executor) -> AsyncIterator[Session]:
+    """A fresh session container (removed afterwards)."""
+    async with executor.open_session() as opened:
+        yield opened
+
+
+async def test_plain_causes_in_a_container(session: Session) -> None:
+    """exit 3, kill -9 $$ and exit 137 each get their own cause; `read x` sees EOF at once."""
+    three = await session.bash("exit 3")
+    assert three.run is not None and (three.run.cause, three.exit_code) == ("exited", 3)
+    killed = await session.bash("kill -9 $$")
+    assert killed.run is not None and (killed.run.cause, killed.run.signal) == ("signaled", 9)
+    plain = await session.bash("exit 137")
+    assert plain.run is not None and (plain.run.cause, plain.run.exit_code) == ("exited", 137)
+    with trio.fail_after(5):
+        read = await session.bash("read x; echo got=[$x] rc=$?")
+    assert "got=[] rc=1" in read.text
+
+
+async def test_term_ignoring_group_dies_at_the_deadline(session: Session) -> None:
+    """A TERM-ignoring child is killed with the group: timeout plus grace plus a small allowance."""
+    started = trio.current_time()
+    result = await session.bash("trap '' TERM; (trap '' TERM; sleep 301) & sleep 301", timeout_ms=500)
+    elapsed = trio.current_time() - started
+    assert result.outcome == "timeout"
+    assert elapsed < 0.5 + 0.3 + 3.0
+    assert "alive=0" in (await session.bash(_alive("301"))).text
+
+
+async def test_background_job_with_redirected_stdio_is_killed(session: Session) -> None:
+    """A job with redirected stdio that outlives the shell is listed and killed when the command ends."""
+    result = await session.bash("sleep 302 >/dev/null 2>&1 </dev/null & echo started")
+    assert result.outcome == "completed"
+    assert result.run is not None and any("sleep 302" in p.cmd for p in result.run.orphans_killed)
+    assert "alive=0" in (await session.bash(_alive("302"))).text
+
+
+async def test_process_substitution_grandchild_cannot_hang_the_call(session: Session) -> None:
+    """A grandchild holding stdout through a process substitution is bounded by the drain, then killed."""
+    with trio.fail_after(10):
+        result = await session.bash("cat <(sleep 303; echo late) & echo now")
+    assert "now" in result.text
+    assert "alive=0" in (await session.bash(_alive("303"))).text
+
+
+async def test_setsid_double_fork_is_found_and_killed(session: Session) -> None:
+    """A setsid double-forked daemon leaves the group but is found by its run tag and killed."""
+    result = await session.bash("setsid bash -c 'sleep 304 & exit 0' </dev/null >/dev/null 2>&1 & exit 0")
+    assert result.run is not None and any("sleep 304" in p.cmd for p in result.run.orphans_killed)
+    assert "alive=0" in (await session.bash(_alive("304"))).text
+
+
+async def test_env_i_daemon_is_swept_when_the_session_closes(executor: Executor) -> None:
+    """A daemon started under `env -i` (no tag) is killed at the latest when the session closes."""
+    async with executor.open_session(keep=True) as first:
+        started = await first.bash("env -i setsid sleep 305 </dev/null >/dev/null 2>&1 &")
+        assert started.run is not None
+        # As init the agent sees the untagged daemon reparent to it: killed as the command's leftover, or else
+        # by the session-wide sweep.
+        killed_at_once = any("sleep 305" in proc.cmd for proc in started.run.orphans_killed)
+        sid = first.id
+    try:
+        async with executor.attach_session(sid) as again:
+            swept = await again._client.sweep()
+            assert killed_at_once or any("sleep 305" in proc.cmd for proc in swept)
+            assert "alive=0" in (await again.bash(_alive("305"))).text
+    finally:
+        await executor.stop_session(sid)
+
+
+async def test_many_short_children_leave_no_zombies(session: Session) -> None:
+    """200 short-lived background children leave no zombie behind (the agent is init)."""
+    await session.bash("for i in $(seq 200); do (sleep 0.01 &); done; sleep 0.5")
+    zombies = await session.bash("grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l")
+    assert zombies.text.splitlines()[2].strip() == "0"
+
+
+async def test_output_split_mid_utf8_is_stored_byte_exact(session: Session) -> None:
+    """A code point split across writes is stored exactly."""
+    result = await session.bash("echo 8J8= | base64 -d; sleep 0.05; echo mIAgZG9uZQo= | base64 -d")
+    assert result.artifact_id is not None
+    page = session.artifacts.read_output(result.artifact_id, stream="stdout")
+    assert page.data == "😀 done\n".encode()
+
+
+async def test_host_secrets_never_reach_the_command(session: Session) -> None:
+    """Secrets in the executor's own environment are absent from a command's environment."""
+    os.environ["EXECUTOR_TEST_API_KEY"] = "sk-should-never-leak"
+    try:
+        result = await session.bash("env")
+    finally:
+        del os.environ["EXECUTOR_TEST_API_KEY"]
+    assert "sk-should-never-leak" not in result.text
+    assert "NO_COLOR=1" in result.text or result.artifact_id is not None
+    assert result.artifact_id is not None
+    env_text = session.artifacts.read_output(result.artifact_id, stream="stdout", line_count=500).data
+    assert b"sk-should-never-leak" not in env_text
+    assert b"NO_COLOR=1" in env_text and b"PAGER=cat" in env_text
+
+
+async def test_task_read_by_offsets_across_a_host_reconnect(executor: Executor) -> None:
+    """A background task keeps writing while no host is connected; a new connection reads on by offsets."""
+    async with executor.open_session(keep=True) as first:
+        started = await first.start_task("for i in $(seq 1 6); do echo line $i; sleep 0.2; done")
+        task_id = str((started.data or {})["task_id"])
+        chunk = await first.read_task(task_id, offset=0)
+        offset = int(str((chunk.data or {})["next_offset"]))
+        sid = first.id
+    try:
+        await trio.sleep(1.5)
+        async with executor.attach_session(sid) as again:
+            with trio.fail_after(10):
+                while True:
+                    later = await again.read_task(task_id, offset=offset)
+                    data = later.data or {}
+                    if not data["running"] and data["next_offset"] == data["end"]:
+                        break
+                    await trio.sleep(0.2)
+            rest = await again.read_task(task_id, offset=offset)
+            assert "line 6" in rest.text
+            assert int(str((rest.data or {})["offset"])) == offset
+    finally:
+        await executor.stop_session(sid)
+
+
+async def test_exec_transport_runs_commands_without_host_mounts(
+    base_image: str, home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The remote-engine path (exec bridge, agent in a derived layer) runs commands too."""
+    build = tmp_path_factory.getbasetemp() / "agent-build-shared"
+    settings = load_settings(overrides={"home": str(home), "agent": {"build_dir": str(build), "transport": "exec"}})
+    async with open_executor(settings) as ex, ex.open_session() as session:
+        assert session.info.transport == "exec"
+        result = await session.bash("echo over-the-bridge; cat /proc/1/cmdline | tr '\\0' ' '")
+        assert "over-the-bridge" in result.text and "/.executor/agent init" in result.text
