@@ -19,7 +19,6 @@ from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, fail, state
 from executor.config import Settings
 from executor.errors import ConfigError, ExecutorError
 from executor.gate.judge import api_key_from
-from executor.mcp.server import no_tokens_error, serve_http, serve_stdio
 
 
 class Transport(StrEnum):
@@ -39,6 +38,9 @@ def mcp(
     ),
 ) -> None:
     """Serve the executor's tools (bash, write_file, read_output, search_output, tasks) over MCP."""
+    # Imported here: the MCP SDK takes most of a second to import, and every other command would pay for it.
+    from executor.mcp.server import no_tokens_error
+
     st = state(ctx)
     settings = st.settings()
     if transport is Transport.http and not settings.mcp.tokens:
@@ -62,6 +64,8 @@ def _single(exc: BaseException) -> BaseException:
 
 
 async def _serve(settings: Settings, transport: Transport, session: str | None, api_key: str | None) -> None:
+    from executor.mcp.server import serve_http, serve_stdio
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
         if transport is Transport.stdio:
