@@ -13,7 +13,9 @@ first so that the cut line stays one refused line and the new events stay whole.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -29,6 +31,8 @@ from executor.journal.reader import decode_line, read_journal
 __all__ = ["JournalWriter"]
 
 _E = TypeVar("_E", bound=EventBase)
+_SEQ_RE = re.compile(rb'\{"v":\s*\d+,\s*"seq":\s*(\d{1,18})')
+"""The envelope's first two keys as the writer serialises them; anchored so text inside an event never matches."""
 _EVENT_CLASSES: frozenset[type] = frozenset(get_args(get_args(JournalEvent)[0]))
 
 
@@ -61,6 +65,7 @@ class JournalWriter:
         self._fsync = fsync
         self._fd: int | None = None
         self._seq = 0
+        self._size = 0
         self._closed = False
 
     @property
@@ -117,6 +122,7 @@ class JournalWriter:
                 stream.seek(size - 1)
                 last = stream.read(1)
         self._seq = max((event.seq for event in previous.events), default=0)
+        self._size = size
         if last != b"\n":
             self._write(b"\n")
 
@@ -127,6 +133,7 @@ class JournalWriter:
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
+                self._size = os.fstat(self._fd).st_size
         except OSError as exc:
             raise JournalError(f"cannot append to journal {self._path}: {exc.strerror or exc}") from exc
 
@@ -150,27 +157,51 @@ class JournalWriter:
             raise JournalError(
                 f"event for session {data.get('session_id')!r} cannot go into the journal of {self._session_id!r}"
             )
-        data["seq"] = self._seq + 1
         data["session_id"] = self._session_id
+        # Several processes may append to one session's journal (CLI calls on a named session, an MCP server):
+        # an exclusive lock around "find the last seq, append" keeps seq strictly increasing across all of them.
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            stamped = type(event).model_validate(data)
-        except ValidationError as exc:
-            raise JournalError(f"event does not validate: {exc.errors()[0]['msg']}") from exc
-        line = stamped.model_dump_json().encode("utf-8")
-        if len(line) > self._settings.max_line_bytes:
-            raise JournalError(
-                f"{_type_of(stamped)} event is {len(line)} bytes, over journal.max_line_bytes "
-                f"({self._settings.max_line_bytes}); shorten its material or raise the limit"
-            )
-        try:
-            decode_line(line, max_depth=self._settings.max_depth)
-        except JournalCorrupt as exc:
-            raise JournalError(f"{_type_of(stamped)} event would be refused by a reader: {exc}") from exc
-        self._write(line + b"\n")
-        self._seq += 1
-        if self._settings.fsync == "always":
-            self._sync()
+            self._catch_up()
+            data["seq"] = self._seq + 1
+            try:
+                stamped = type(event).model_validate(data)
+            except ValidationError as exc:
+                raise JournalError(f"event does not validate: {exc.errors()[0]['msg']}") from exc
+            line = stamped.model_dump_json().encode("utf-8")
+            if len(line) > self._settings.max_line_bytes:
+                raise JournalError(
+                    f"{_type_of(stamped)} event is {len(line)} bytes, over journal.max_line_bytes "
+                    f"({self._settings.max_line_bytes}); shorten its material or raise the limit"
+                )
+            try:
+                decode_line(line, max_depth=self._settings.max_depth)
+            except JournalCorrupt as exc:
+                raise JournalError(f"{_type_of(stamped)} event would be refused by a reader: {exc}") from exc
+            self._write(line + b"\n")
+            self._seq += 1
+            if self._settings.fsync == "always":
+                self._sync()
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
         return stamped
+
+    def _catch_up(self) -> None:
+        """Take the seq of events another writer appended since our last write (called under the lock)."""
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        if size == self._size:
+            return
+        with self._path.open("rb") as stream:
+            stream.seek(self._size)
+            tail = stream.read(size - self._size)
+        for raw in tail.split(b"\n"):
+            match = _SEQ_RE.match(raw)
+            if match is not None:
+                self._seq = max(self._seq, int(match.group(1)))
+        self._size = size
+        if not tail.endswith(b"\n"):
+            self._write(b"\n")
 
     def _sync(self) -> None:
         assert self._fd is not None

@@ -165,3 +165,18 @@ def test_non_finite_numbers_cannot_be_built() -> None:
     """An event carrying NaN does not validate, so it can never reach the file."""
     with pytest.raises(ValueError, match="finite"):
         SessionOpened(ts=float("nan"))
+
+
+def test_two_writers_on_one_journal_keep_seq_strictly_increasing(tmp_path: Path) -> None:
+    """Two writers (two processes on one named session) interleave without duplicate or backward seq."""
+    path = _journal(tmp_path)
+    settings = JournalSettings.model_validate({"fsync": "never"})
+    with (
+        JournalWriter(path, session_id=SESSION, settings=settings) as one,
+        JournalWriter(path, session_id=SESSION, settings=settings) as two,
+    ):
+        for index in range(3):
+            one.emit(prepared(f"a{index}", "ls"))
+            two.emit(prepared(f"b{index}", 'echo "{\\"v\\":1,\\"seq\\":999}"'))
+    result = read_journal_file(path, settings=JournalSettings(), mode="strict")
+    assert [event.seq for event in result.events] == [1, 2, 3, 4, 5, 6]
