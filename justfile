@@ -47,3 +47,10 @@ bench: (image "base")
 # Regenerate the README's settings table from the settings model.
 docs:
     @{{py}} -c "import re, pathlib; from executor.config import settings_table as t; p = pathlib.Path('README.md'); s = p.read_text(); p.write_text(re.sub(r'(<!-- settings-table:start -->\n).*?(<!-- settings-table:end -->)', lambda m: m.group(1) + t() + '\n' + m.group(2), s, flags=re.S))"
+
+# The executor's own image (MCP server over HTTP), built offline on the `toolchain` session image.
+server-image: (image "toolchain")
+    @echo "==> wheels for the executor and its dependencies (build/wheels)"
+    @rm -rf build/wheels && {{py}} -m pip wheel --quiet --disable-pip-version-check -w build/wheels .
+    @echo "==> docker build executor/server (no network)"
+    @DOCKER_BUILDKIT=0 docker build --quiet --network none -t executor/server .
