@@ -311,7 +311,9 @@ class Session:
         reasons = "\n".join(f"- {reason}" for reason in outcome.reasons)
         if outcome.decision == "deny":
             text = f"[denied: nothing ran]\n{reasons}\nDo not retry this action; choose a different approach."
-            return ToolResult(tool=tool, outcome="denied", text=await self._sanitize(text, action_id=action_id))
+            return ToolResult(
+                tool=tool, action_id=action_id, outcome="denied", text=await self._sanitize(text, action_id=action_id)
+            )
         if outcome.decision == "allow":
             return None
         approval_id = f"ap-{secrets.token_hex(8)}"
@@ -327,13 +329,28 @@ class Session:
             resolution = "approved"
         except ApprovalRequired as exc:
             resolution = "unavailable"
-            return ToolResult(tool=tool, outcome="blocked", text=await self._sanitize(str(exc), action_id=action_id))
+            return ToolResult(
+                tool=tool,
+                action_id=action_id,
+                outcome="blocked",
+                text=await self._sanitize(str(exc), action_id=action_id),
+            )
         except ApprovalInvalidated as exc:
             resolution = "invalidated"
-            return ToolResult(tool=tool, outcome="denied", text=await self._sanitize(f"[{exc}]", action_id=action_id))
+            return ToolResult(
+                tool=tool,
+                action_id=action_id,
+                outcome="denied",
+                text=await self._sanitize(f"[{exc}]", action_id=action_id),
+            )
         except ActionDenied as exc:
             resolution = "eof" if "EOF" in str(exc) else "denied"
-            return ToolResult(tool=tool, outcome="denied", text=await self._sanitize(f"[{exc}]", action_id=action_id))
+            return ToolResult(
+                tool=tool,
+                action_id=action_id,
+                outcome="denied",
+                text=await self._sanitize(f"[{exc}]", action_id=action_id),
+            )
         finally:
             self._journal.emit(ApprovalResolved(approval_id=approval_id, outcome=resolution))
         return None
