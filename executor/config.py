@@ -283,8 +283,10 @@ class FocusSettings(_Section):
 class JournalSettings(_Section):
     """The decision journal (ndjson, one per session)."""
 
-    fsync: Literal["always", "close", "never"] = "always"
-    """When appended events are fsynced: after each event, when the session closes, or never."""
+    fsync: Literal["always", "action", "close", "never"] = "action"
+    """When appended events are fsynced: ``always`` after each event; ``action`` at each action boundary (before a
+    command or write executes, when it ends, when an approval resolves, when the session closes: one fsync covers
+    every earlier event); ``close`` when the session closes; ``never``."""
     max_line_bytes: int = Field(1 * _MIB, ge=1024, le=256 * _MIB)
     """Longest journal line a reader accepts."""
     max_depth: int = Field(32, ge=2, le=1000)

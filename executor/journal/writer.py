@@ -3,8 +3,10 @@
 Writes are synchronous on purpose: the journal is a small local file, one event is one ``write(2)`` of one short
 line, and a synchronous :meth:`JournalWriter.emit` cannot be interleaved with another task's emit under trio (there is
 no checkpoint inside it), so lines never mix and ``seq`` is assigned in file order. With ``fsync = "always"`` each
-emit also waits for the disk; that is the price of a journal that survives a power cut, and an operator who does not
-want it picks ``close`` or ``never``.
+emit also waits for the disk. The default, ``action``, waits only at action boundaries (execution started and
+finished, an approval resolved, the session closed): one fsync there makes every earlier event durable too, so the
+record of a decision is on disk before its action runs, at two disk waits per action instead of six or more. An
+operator who wants less picks ``close`` or ``never``.
 
 The file is opened with ``O_APPEND`` and never rewritten: earlier lines are never touched. Reopening an existing
 journal continues after its highest valid ``seq``; if the previous writer was cut mid-line, a newline is appended
@@ -25,12 +27,21 @@ from pydantic import ValidationError
 
 from executor.config import JournalSettings
 from executor.errors import JournalCorrupt, JournalError
-from executor.journal.events import EventBase, JournalEvent
+from executor.journal.events import (
+    ApprovalResolved,
+    EventBase,
+    ExecutionFinished,
+    ExecutionStarted,
+    JournalEvent,
+    SessionClosed,
+)
 from executor.journal.reader import decode_line, read_journal
 
 __all__ = ["JournalWriter"]
 
 _E = TypeVar("_E", bound=EventBase)
+_BOUNDARIES = (ExecutionStarted, ExecutionFinished, ApprovalResolved, SessionClosed)
+"""Events that end a step worth keeping across a power cut (``fsync = "action"``)."""
 _SEQ_RE = re.compile(rb'\{"v":\s*\d+,\s*"seq":\s*(\d{1,18})')
 """The envelope's first two keys as the writer serialises them; anchored so text inside an event never matches."""
 _EVENT_CLASSES: frozenset[type] = frozenset(get_args(get_args(JournalEvent)[0]))
@@ -180,7 +191,9 @@ class JournalWriter:
                 raise JournalError(f"{_type_of(stamped)} event would be refused by a reader: {exc}") from exc
             self._write(line + b"\n")
             self._seq += 1
-            if self._settings.fsync == "always":
+            if self._settings.fsync == "always" or (
+                self._settings.fsync == "action" and isinstance(stamped, _BOUNDARIES)
+            ):
                 self._sync()
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -217,7 +230,7 @@ class JournalWriter:
             return
         fd = self._fd
         try:
-            if self._settings.fsync == "close":
+            if self._settings.fsync in ("close", "action"):
                 self._sync()
         finally:
             self._fd = None

@@ -9,7 +9,14 @@ import pytest
 
 from executor.config import JournalSettings
 from executor.errors import JournalError
-from executor.journal.events import DecisionEvent, JudgmentEvent, SessionClosed, SessionOpened
+from executor.journal.events import (
+    DecisionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    JudgmentEvent,
+    SessionClosed,
+    SessionOpened,
+)
 from executor.journal.reader import read_journal_file
 from executor.journal.writer import JournalWriter
 from tests.journal.helpers import SESSION, decision, judgment, prepared
@@ -180,3 +187,20 @@ def test_two_writers_on_one_journal_keep_seq_strictly_increasing(tmp_path: Path)
             two.emit(prepared(f"b{index}", 'echo "{\\"v\\":1,\\"seq\\":999}"'))
     result = read_journal_file(path, settings=JournalSettings(), mode="strict")
     assert [event.seq for event in result.events] == [1, 2, 3, 4, 5, 6]
+
+
+def test_fsync_action_syncs_at_action_boundaries_only(tmp_path: Path) -> None:
+    """fsync=action (the default) syncs when an execution starts or ends and when the writer closes."""
+    counter = FsyncCounter()
+    settings = JournalSettings()
+    assert settings.fsync == "action"
+    with JournalWriter(_journal(tmp_path), session_id=SESSION, settings=settings, fsync=counter) as journal:
+        journal.emit(SessionOpened())
+        journal.emit(prepared("a1", "ls"))
+        journal.emit(decision("a1", "allow"))
+        assert counter.files == 0
+        journal.emit(ExecutionStarted(action_id="a1"))
+        assert counter.files == 1
+        journal.emit(ExecutionFinished(action_id="a1", exit_code=0))
+        assert counter.files == 2
+    assert counter.files == 3
