@@ -205,6 +205,9 @@ class ArtifactSettings(_Section):
     """Lines one ``read_output`` page holds at most when the caller gives no ``line_count``."""
     journal_mode: Literal["wal", "delete", "truncate"] = "wal"
     """SQLite journal mode of the index; ``delete``/``truncate`` where WAL's shared memory does not work."""
+    sqlite_synchronous: Literal["normal", "full"] = "normal"
+    """SQLite ``synchronous`` level of the index: ``normal`` (safe from corruption under WAL; a power cut can lose
+    the last commits, like the unsynced stream files) or ``full`` (an fsync per commit)."""
     session_max_bytes: Bytes = Field(512 * _MIB, ge=_MIB, le=1024**4)
     """Stored bytes per session before the oldest artifacts are evicted."""
     session_max_artifacts: int = Field(10_000, ge=1, le=10_000_000)

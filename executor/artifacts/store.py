@@ -180,6 +180,7 @@ class ArtifactStore:
                     f"{path}: SQLite refused journal mode {settings.journal_mode!r} (got {mode!r}); "
                     "set artifacts.journal_mode to 'delete' or 'truncate' on this filesystem"
                 )
+            conn.execute(f"PRAGMA synchronous = {settings.sqlite_synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.executescript(_SCHEMA)
         except sqlite3.Error as exc:
@@ -187,6 +188,12 @@ class ArtifactStore:
         store = cls(home, settings, conn, clock)
         store._purge_tombstones()
         return store
+
+    @property
+    def synchronous(self) -> str:
+        """The SQLite synchronous level in force (``normal`` or ``full``)."""
+        level = int(self._conn.execute("PRAGMA synchronous").fetchone()[0])
+        return {1: "normal", 2: "full"}.get(level, str(level))
 
     @property
     def journal_mode(self) -> str:

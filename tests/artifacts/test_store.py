@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from executor.artifacts import ArtifactStore, new_session_id
-from executor.errors import ArtifactEvicted, ArtifactNotFound, SessionNotFound, StreamNotFound
+from executor.config import load_settings
+from executor.errors import ArtifactEvicted, ArtifactNotFound, ConfigError, SessionNotFound, StreamNotFound
 from tests.artifacts.conftest import artifact_settings, store_bytes
 
 
@@ -113,3 +114,13 @@ def test_the_store_works_in_each_journal_mode(home: Path, mode: str) -> None:
         assert reader.session(session_id).read_output(artifact_id).text == "shared\n"
     if mode == "wal":
         assert (home / "artifacts.sqlite3").exists()
+
+
+@pytest.mark.parametrize("level", ["normal", "full"])
+def test_the_index_uses_the_configured_synchronous_level(home: Path, level: str) -> None:
+    """artifacts.sqlite_synchronous sets SQLite's synchronous level (default normal); others fail at load."""
+    with ArtifactStore.open(home, artifact_settings(sqlite_synchronous=level)) as store:
+        assert store.synchronous == level
+    assert load_settings().artifacts.sqlite_synchronous == "normal"
+    with pytest.raises(ConfigError, match=r"artifacts\.sqlite_synchronous"):
+        load_settings(overrides={"artifacts": {"sqlite_synchronous": "off"}})
