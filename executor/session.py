@@ -25,7 +25,7 @@ from typing import Final, Literal
 import trio
 from pydantic import BaseModel, ConfigDict
 
-from executor.artifacts import ArtifactStore, SessionArtifacts
+from executor.artifacts import ArtifactStore, Capture, SessionArtifacts
 from executor.artifacts.view import bounded_view, render_read_page, render_search_page
 from executor.config import Profile, Settings
 from executor.errors import (
@@ -761,7 +761,7 @@ class Session:
             return gated
         task_id = await self._client.start_task(spec)
         self._journal.emit(ExecutionStarted(action_id=action_id))
-        capture = self.artifacts.begin(kind="task", streams=("stdout", "stderr"), meta={"task_id": task_id})
+        capture = self._task_capture(task_id)
         tasks = self._load_tasks()
         tasks[task_id] = _TaskRecord(
             task_id=task_id, command=command, owner=owner, artifact_id=capture.artifact_id, action_id=action_id
@@ -781,48 +781,68 @@ class Session:
             data={"task_id": task_id},
         )
 
-    async def _mirror(self, task_id: str, action_id: str, capture: object) -> None:
+    async def _mirror(self, task_id: str, action_id: str | None, capture: Capture) -> None:
         """Copy a task's streams from the agent into its artifact until the task ends (or the session closes)."""
-        from executor.artifacts import Capture
-
-        assert isinstance(capture, Capture)
         offsets = {"stdout": 0, "stderr": 0}
         result: RunResult | None = None
         try:
             while True:
-                running = True
+                # Whether the task had ended is taken before this round's reads: an ended task has written
+                # everything, so reading both streams to their end then completes the mirror without a race.
+                ended_before_round: bool | None = None
                 for stream in ("stdout", "stderr"):
                     while True:
                         chunk = await self._client.read_task(task_id, stream, offsets[stream])
+                        if ended_before_round is None:
+                            ended_before_round = not chunk.running
                         if chunk.data:
                             capture.feed(stream, chunk.data)
                         offsets[stream] = chunk.offset + len(chunk.data)
-                        running = chunk.running
                         result = chunk.result
                         if offsets[stream] >= chunk.end:
                             break
                 capture.flush()
-                if not running:
+                if ended_before_round:
                     break
                 await trio.sleep(_TASK_POLL_S)
         finally:
             # Synchronous on purpose (no checkpoint): the mirror is closed even when the session is cancelled.
-            capture.finish(status="ok" if result is not None else "running")
+            # A mirror cut short by the end of this process says so ("detached"); a later attach that finds the
+            # task ended gives it a complete artifact (see _settle_tasks).
+            capture.finish(status="ok" if result is not None else "detached")
             if result is not None:
-                self._journal.emit(
-                    ExecutionFinished(
-                        action_id=action_id,
-                        cause=result.cause,
-                        exit_code=result.exit_code,
-                        duration_ms=result.duration_ms,
-                        artifact_ids=(capture.artifact_id,),
+                if action_id:
+                    self._journal.emit(
+                        ExecutionFinished(
+                            action_id=action_id,
+                            cause=result.cause,
+                            exit_code=result.exit_code,
+                            duration_ms=result.duration_ms,
+                            artifact_ids=(capture.artifact_id,),
+                        )
                     )
-                )
                 tasks = self._load_tasks()
                 if task_id in tasks:
-                    tasks[task_id] = tasks[task_id].model_copy(update={"finished": True})
+                    update = {"finished": True, "artifact_id": capture.artifact_id}
+                    tasks[task_id] = tasks[task_id].model_copy(update=update)
                     self._save_tasks(tasks)
             self._mirrors.discard(task_id)
+
+    def _task_capture(self, task_id: str) -> Capture:
+        return self.artifacts.begin(kind="task", streams=("stdout", "stderr"), meta={"task_id": task_id})
+
+    async def _settle_tasks(self) -> None:
+        """Give each ended task whose mirror ended with another process (a CLI call) one complete artifact."""
+        records = self._load_tasks()
+        pending = [r for r in records.values() if not r.finished and r.task_id not in self._mirrors]
+        if not pending:
+            return
+        ended = {t.task_id for t in await self._client.list_tasks() if not t.running}
+        for record in pending:
+            if record.task_id in ended:
+                capture = self._task_capture(record.task_id)
+                self._mirrors.add(record.task_id)
+                await self._mirror(record.task_id, record.action_id, capture)
 
     async def read_task(
         self,
@@ -838,6 +858,7 @@ class Session:
         Raises:
             TaskNotFound: no such task, or it belongs to another owner.
         """
+        await self._settle_tasks()
         record = self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
         raw = chunk.data.decode("utf-8", "surrogateescape")
@@ -871,8 +892,10 @@ class Session:
         Raises:
             TaskNotFound: no such task, or it belongs to another owner.
         """
-        record = self._task(task_id, owner)
+        self._task(task_id, owner)
         result = await self._client.stop_task(task_id)
+        await self._settle_tasks()
+        record = self._task(task_id, owner)
         return TaskInfo(
             task_id=task_id,
             command=record.command,
@@ -884,6 +907,7 @@ class Session:
 
     async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
         """The session's background tasks (only ``owner``'s when an owner is given)."""
+        await self._settle_tasks()
         records = self._load_tasks()
         out: list[TaskInfo] = []
         for task in await self._client.list_tasks():

@@ -166,6 +166,13 @@ async def test_task_read_by_offsets_across_a_host_reconnect(executor: Executor) 
             rest = await again.read_task(task_id, offset=offset)
             assert "line 6" in rest.text
             assert int(str((rest.data or {})["offset"])) == offset
+            # The first mirror ended with the first connection; the ended task now has one complete artifact.
+            (info,) = [t for t in await again.list_tasks() if t.task_id == task_id]
+            assert info.artifact_id is not None and info.artifact_id != started.artifact_id
+            whole = again.artifacts.read_output(info.artifact_id, stream="stdout")
+            assert whole.data == b"".join(b"line %d\n" % i for i in range(1, 7))
+            assert again.artifacts.record(info.artifact_id).status == "ok"
+            assert again.artifacts.record(str(started.artifact_id)).status == "detached"
     finally:
         await executor.stop_session(sid)
 
