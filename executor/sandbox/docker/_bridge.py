@@ -61,7 +61,14 @@ class ExecBridgeStream(trio.abc.HalfCloseableStream):
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         """Next stdout bytes of the bridge (the agent's output); ``b""`` at the end of the stream."""
-        limit = max_bytes or 65536
+        chunk = await self._receive(max_bytes or 65536)
+        if not chunk:
+            # Every receive is a checkpoint, also at a remembered end of stream: a caller looping on b"" must
+            # stay cancellable.
+            await trio.lowlevel.checkpoint()
+        return chunk
+
+    async def _receive(self, limit: int) -> bytes:
         while True:
             if self._payload_left == 0:
                 while len(self._buffer) < 8:
