@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,3 +22,40 @@ def home(tmp_path: Path) -> Path:
 def settings(home: Path) -> Settings:
     """Default settings rooted in a private home."""
     return load_settings(overrides={"home": str(home)})
+
+
+# --- Docker fixtures (sandbox): the session image is built once per machine (its tag persists) ---------------
+
+
+@pytest.fixture(scope="session")
+def base_image() -> str:
+    """The ``base`` session image, built (or found up to date) once per test run; its tag."""
+    import trio
+
+    from executor.sandbox.docker import DockerEngine, ensure_image
+
+    async def build() -> str:
+        defaults = load_settings()
+        engine = await DockerEngine.connect(defaults.docker)
+        try:
+            return await ensure_image(engine, defaults.images, "base")
+        finally:
+            await engine.aclose()
+
+    return trio.run(build)
+
+
+@pytest.fixture
+def backend_factory(base_image: str, home: Path) -> Any:
+    """Open a Docker backend on settings rooted in a private home, with optional overrides.
+
+    Use ``async with backend_factory(agent={"transport": "exec"}) as backend: ...``.
+    """
+    from contextlib import AbstractAsyncContextManager
+
+    from executor.sandbox.base import Backend, open_backend
+
+    def make(**overrides: Any) -> AbstractAsyncContextManager[Backend]:
+        return open_backend(load_settings(overrides={"home": str(home), **overrides}))
+
+    return make

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from executor.cli import agent_cmd, bg_cmd, config_cmd, mcp_cmd, output_cmd
+from executor.cli import agent_cmd, bg_cmd, config_cmd, image_cmd, mcp_cmd, output_cmd, session_cmd
 from executor.cli._common import CliState
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
@@ -21,6 +21,8 @@ app = typer.Typer(
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(agent_cmd.app, name="agent")
 app.command("replay")(replay_command)
+app.add_typer(image_cmd.app, name="image")
+app.add_typer(session_cmd.app, name="session")
 app.command("mcp")(mcp_cmd.mcp)
 app.command("exec")(exec_command)
 app.command("write")(write_command)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -52,6 +53,8 @@ class DockerEngine:
         limiter = trio.CapacityLimiter(1)
 
         def make() -> docker.DockerClient:
+            if settings.base_url.startswith("unix://"):
+                _probe_unix(settings.base_url.removeprefix("unix://"), settings.api_timeout_s)
             return docker.DockerClient(base_url=settings.base_url, timeout=int(settings.api_timeout_s), version="auto")
 
         client = await _run(make, settings=settings, limiter=limiter, what="connect", idempotent=True)
@@ -100,6 +103,17 @@ class DockerEngine:
         """Close the client's connection pool."""
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self.client.close, limiter=self._limiter)
+
+
+def _probe_unix(path: str, timeout: float) -> None:
+    # docker-py leaks its socket when the first connect fails (an unraisable ResourceWarning later); a probe of
+    # our own, closed on every path, turns "nobody listens" into one clean ConnectionError first.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {path}: {exc.strerror or exc}") from exc
 
 
 async def _run(

@@ -1,0 +1,115 @@
+"""``executor session start | ls | stop ID | gc``.
+
+JSON shapes (``--json``):
+
+* ``session start``: ``{"outcome": "ok", "session": SESSION}``;
+* ``session ls``: ``{"outcome": "ok", "sessions": [SESSION, ...]}``;
+* ``session stop ID``: ``{"outcome": "ok", "stopped": "s-..."}``;
+* ``session gc``: ``{"outcome": "ok", "removed": ["executor-s-...", "executor-s-...-workspace", ...]}``;
+* failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile, bad name,
+  unknown session), 125 when the engine or the sandbox failed.
+
+``SESSION`` is ``{"id", "name", "container_id", "image", "profile", "state", "created_at", "owner", "transport",
+"labels"}`` (:class:`executor.sandbox.base.SessionInfo`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import trio
+import typer
+
+from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, emit, fail, progress, state
+from executor.errors import ConfigError, ExecutorError, SessionNotFound
+from executor.sandbox.base import Backend, SessionInfo, open_backend
+
+app = typer.Typer(help="Start, list, stop and garbage-collect sessions.", no_args_is_help=True)
+
+T = TypeVar("T")
+
+
+def _run(ctx: typer.Context, job: Callable[[Backend], Awaitable[T]]) -> T:
+    st = state(ctx)
+    settings = st.settings()
+
+    async def main() -> T:
+        async with open_backend(settings) as backend:
+            return await job(backend)
+
+    try:
+        return trio.run(main)
+    except (ConfigError, SessionNotFound, ValueError) as exc:
+        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
+    except ExecutorError as exc:
+        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
+
+
+def _line(info: SessionInfo) -> str:
+    return f"{info.id:15} {info.name or '-':20} {info.state:8} {info.profile:10} {info.image}"
+
+
+@app.command("start")
+def start(
+    ctx: typer.Context,
+    profile: str | None = typer.Option(None, "--profile", help="Profile name (else the default profile)."),
+    image: str | None = typer.Option(None, "--image", help="Override the profile's image."),
+    name: str | None = typer.Option(None, "--name", help="A unique name for the session."),
+) -> None:
+    """Start a hardened session container and wait until its agent answers."""
+    st = state(ctx)
+    settings = st.settings()
+    try:
+        chosen = settings.profile(profile)
+    except ConfigError as exc:
+        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
+    if image is not None:
+        chosen = chosen.model_copy(update={"image": image})
+    profile_name = profile or settings.default_profile
+    progress(f"starting a session ({profile_name} profile, image {chosen.image})", json_mode=st.json)
+
+    async def job(backend: Backend) -> SessionInfo:
+        return await backend.open_session(profile=chosen, profile_name=profile_name, name=name)
+
+    info = _run(ctx, job)
+    emit({"outcome": "ok", "session": info.model_dump(mode="json")}, info.id, json_mode=st.json)
+
+
+@app.command("ls")
+def ls(ctx: typer.Context) -> None:
+    """List the executor's sessions in every state."""
+    st = state(ctx)
+
+    async def job(backend: Backend) -> list[SessionInfo]:
+        return await backend.list_sessions()
+
+    infos = _run(ctx, job)
+    text = "\n".join([f"{'ID':15} {'NAME':20} {'STATE':8} {'PROFILE':10} IMAGE", *map(_line, infos)])
+    emit({"outcome": "ok", "sessions": [i.model_dump(mode="json") for i in infos]}, text, json_mode=st.json)
+
+
+@app.command("stop")
+def stop(ctx: typer.Context, session: str = typer.Argument(..., help="Session id or name.")) -> None:
+    """Stop a session and remove its container and workspace volume."""
+    st = state(ctx)
+
+    async def job(backend: Backend) -> str:
+        info = await backend.find_session(session)
+        await backend.stop_session(info.id)
+        return info.id
+
+    stopped = _run(ctx, job)
+    emit({"outcome": "ok", "stopped": stopped}, f"stopped {stopped}", json_mode=st.json)
+
+
+@app.command("gc")
+def gc(ctx: typer.Context) -> None:
+    """Remove leftovers: our containers stuck in Created or Exited, and orphaned workspace volumes."""
+    st = state(ctx)
+
+    async def job(backend: Backend) -> list[str]:
+        return await backend.gc()
+
+    removed = _run(ctx, job)
+    emit({"outcome": "ok", "removed": removed}, "\n".join(removed) or "nothing to remove", json_mode=st.json)

@@ -1,0 +1,173 @@
+"""A session container carries every hardened default, a profile's explicit override shows up, and settings that
+would weaken the sandbox are refused at load."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import trio
+
+from executor.config import load_settings
+from executor.errors import ConfigError
+from executor.sandbox.agent.client import open_agent_client
+from executor.sandbox.base import Backend
+from executor.sandbox.docker import AGENT_CAPS, DockerBackend
+from executor.sandbox.docker.hardening import AGENT_PATH, RUN_DIR, STATE_DIR, agent_command
+
+MIB = 1024 * 1024
+
+
+async def _inspect(backend: Backend, container_id: str) -> dict[str, Any]:
+    assert isinstance(backend, DockerBackend)
+    data: dict[str, Any] = await trio.to_thread.run_sync(backend.engine.client.api.inspect_container, container_id)
+    return data
+
+
+async def _exec(backend: Backend, container_id: str, script: str, user: str) -> str:
+    assert isinstance(backend, DockerBackend)
+    client = backend.engine.client
+
+    def run() -> str:
+        result = client.containers.get(container_id).exec_run(["bash", "-c", script], user=user)
+        assert isinstance(result.output, bytes)
+        return result.output.decode()
+
+    return await trio.to_thread.run_sync(run)
+
+
+async def test_session_container_has_every_hardened_default(backend_factory: Any) -> None:
+    """docker inspect of a default session shows caps, nnp, pinned seccomp, read-only root, sized tmpfs, limits,
+    no log, no restart, no network, labels and the agent as PID 1; inside, the session user is confined."""
+    with trio.fail_after(60):
+        async with backend_factory() as backend:
+            info = await backend.open_session(profile=load_settings().profile(), profile_name="default", owner="t-h")
+            try:
+                data = await _inspect(backend, info.container_id)
+                probe = await _exec(
+                    backend,
+                    info.container_id,
+                    "grep -E '^(NoNewPrivs|Seccomp|CapEff):' /proc/self/status; id -u; "
+                    "touch /x 2>&1 | grep -o 'Read-only file system'; touch /tmp/ok && echo tmp-ok; "
+                    "touch /workspace/ok && echo ws-ok; ulimit -c; ulimit -n",
+                    user="1000:1000",
+                )
+            finally:
+                await backend.stop_session(info.id)
+    host, config = data["HostConfig"], data["Config"]
+    assert host["CapDrop"] == ["ALL"]
+    assert sorted(host["CapAdd"]) == sorted(AGENT_CAPS)
+    assert host["Privileged"] is False
+    assert "no-new-privileges" in host["SecurityOpt"]
+    seccomp = [opt for opt in host["SecurityOpt"] if opt.startswith("seccomp=")]
+    assert len(seccomp) == 1
+    profile = json.loads(seccomp[0].removeprefix("seccomp="))
+    allowed = {name for rule in profile["syscalls"] for name in rule["names"] if rule["action"] == "SCMP_ACT_ALLOW"}
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+    assert not {"io_uring_setup", "io_uring_enter", "io_uring_register"} & allowed
+    assert host["ReadonlyRootfs"] is True
+    assert host["Tmpfs"]["/tmp"] == f"size={256 * MIB},mode=1777,nosuid,nodev"
+    assert host["Tmpfs"]["/home/agent"] == f"size={64 * MIB},uid=1000,gid=1000,mode=0700,nosuid,nodev"
+    assert host["Tmpfs"][STATE_DIR].startswith(f"size={64 * MIB},mode=0700")
+    assert host["ShmSize"] == 64 * MIB
+    assert host["PidsLimit"] == 512
+    assert host["Memory"] == host["MemorySwap"] == 1024 * MIB
+    assert host["NanoCpus"] == 1_000_000_000
+    ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
+    assert ulimits == {"fsize": (1024 * MIB, 1024 * MIB), "nofile": (4096, 4096), "core": (0, 0)}
+    assert host["LogConfig"]["Type"] == "none"
+    assert host["RestartPolicy"]["Name"] in ("", "no")
+    assert host["NetworkMode"] == "none"
+    assert host["PidMode"] == "" and host["IpcMode"] in ("private", "")
+    assert not host.get("Devices")
+    assert host.get("Init") in (None, False)
+    assert config["User"] == "0:0"
+    assert config["Entrypoint"] == agent_command(load_settings().profile(), load_settings().agent)
+    assert "HOME=/home/agent" in config["Env"]
+    labels = config["Labels"]
+    assert labels["executor.session"] == info.id and labels["executor.owner"] == "t-h"
+    assert labels["executor.profile"] == "default" and labels["executor.created"] and "executor.name" in labels
+    mounts = {m["Destination"]: m for m in data["Mounts"]}
+    assert mounts["/workspace"]["Type"] == "volume" and mounts["/workspace"]["Name"] == f"executor-{info.id}-workspace"
+    assert mounts[AGENT_PATH]["Type"] == "bind" and mounts[AGENT_PATH]["RW"] is False
+    assert mounts[RUN_DIR]["Type"] == "bind"
+    assert not any("docker.sock" in (m.get("Source") or "") for m in data["Mounts"])
+    lines = probe.split()
+    assert lines[lines.index("NoNewPrivs:") + 1] == "1"
+    assert lines[lines.index("Seccomp:") + 1] == "2"
+    assert lines[lines.index("CapEff:") + 1] == "0000000000000000"
+    assert lines[6:] == ["1000", "Read-only", "file", "system", "tmp-ok", "ws-ok", "0", "4096"]
+
+
+async def test_profile_override_shows_up_and_exec_transport_mounts_nothing(backend_factory: Any) -> None:
+    """An explicit loosening in a profile reaches the container; the exec transport uses no host mount and the
+    agent answers through its bridge."""
+    settings = load_settings(
+        overrides={
+            "profiles": {
+                "loose": {
+                    "memory": "256m",
+                    "cpus": 0.5,
+                    "pids": 64,
+                    "tmp_size": "16m",
+                    "network": "bridge",
+                    "log_driver": "capped",
+                    "read_only_root": False,
+                    "seccomp": "engine-default",
+                    "env": {"LANG": "C.UTF-8"},
+                }
+            }
+        }
+    )
+    with trio.fail_after(60):
+        async with backend_factory(agent={"transport": "exec"}) as backend:
+            info = await backend.open_session(profile=settings.profile("loose"), profile_name="loose", owner="t-h")
+            try:
+                data = await _inspect(backend, info.container_id)
+                async with open_agent_client(await backend.connect(info.id)) as client:
+                    echoed = await client.ping(b"ping\x00\xff")
+            finally:
+                await backend.stop_session(info.id)
+    host = data["HostConfig"]
+    assert info.transport == "exec" and info.profile == "loose"
+    assert host["Memory"] == host["MemorySwap"] == 256 * MIB
+    assert host["NanoCpus"] == 500_000_000 and host["PidsLimit"] == 64
+    assert host["Tmpfs"]["/tmp"].startswith(f"size={16 * MIB},")
+    assert host["NetworkMode"] == "bridge"
+    assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-file": "1", "max-size": "1m"}}
+    assert host["ReadonlyRootfs"] is False
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["CapDrop"] == ["ALL"]
+    assert "LANG=C.UTF-8" in data["Config"]["Env"]
+    assert all(m["Type"] != "bind" for m in data["Mounts"])
+    assert RUN_DIR in host["Tmpfs"]
+    assert echoed == b"ping\x00\xff"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"profiles": {"default": {"pids": 0}}}, "profiles.default.pids"),
+        ({"profiles": {"default": {"pids": -1}}}, "profiles.default.pids"),
+        ({"profiles": {"default": {"memory": "3m"}}}, "profiles.default.memory"),
+        ({"profiles": {"default": {"network": "host"}}}, "profiles.default.network"),
+        ({"profiles": {"default": {"privileged": True}}}, "profiles.default.privileged"),
+        ({"profiles": {"x": {"volumes": {"/var/run/docker.sock": "/var/run/docker.sock"}}}}, "profiles.x.volumes"),
+        ({"profiles": {"default": {"bogus": 1}}}, "profiles.default.bogus"),
+        ({"docker": {"gc_min_age_s": -1}}, "docker.gc_min_age_s"),
+        ({"images": {"pull_timeout_s": 0}}, "images.pull_timeout_s"),
+    ],
+)
+def test_weakening_settings_are_refused_at_load(overrides: dict[str, Any], field: str) -> None:
+    """Each bad setting fails at load with the field named."""
+    with pytest.raises(ConfigError, match=r"(?m)^  " + re.escape(field) + ": "):
+        load_settings(overrides=overrides)
+
+
+def test_new_tunables_have_their_documented_defaults() -> None:
+    """gc spares Created leftovers younger than 5 minutes; a pull is bounded by 30 s."""
+    settings = load_settings()
+    assert settings.docker.gc_min_age_s == 300.0
+    assert settings.images.pull_timeout_s == 30.0
