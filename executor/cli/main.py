@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from executor.cli import agent_cmd, bg_cmd, config_cmd, image_cmd, mcp_cmd, output_cmd, session_cmd
+from executor.cli import agent_cmd, bg_cmd, config_cmd, demo_cmd, image_cmd, mcp_cmd, output_cmd, session_cmd
 from executor.cli._common import CliState
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
@@ -28,6 +28,7 @@ app.command("exec")(exec_command)
 app.command("write")(write_command)
 app.add_typer(output_cmd.app, name="output")
 app.add_typer(bg_cmd.app, name="bg")
+app.add_typer(demo_cmd.app, name="demo")
 
 
 @app.callback()
