@@ -22,7 +22,6 @@ import functools
 import json
 import os
 import re
-import secrets
 import shutil
 import sqlite3
 import time
@@ -44,13 +43,12 @@ from executor.errors import (
     ArtifactEvicted,
     ArtifactNotFound,
     OutputRangeError,
-    SessionNotFound,
     StreamNotFound,
 )
+from executor.sandbox.base import new_session_id, validate_session_id
 
 __all__ = ["ArtifactStore", "SessionArtifacts", "new_session_id", "validate_session_id"]
 
-_SESSION_RE = re.compile(r"s-[0-9a-f]{12}")
 _ARTIFACT_RE = re.compile(r"(s-[0-9a-f]{12})\.a([1-9][0-9]{0,11})")
 _STREAM_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _KIND_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -88,22 +86,6 @@ CREATE TABLE IF NOT EXISTS tombstones (
 );
 CREATE INDEX IF NOT EXISTS tombstones_by_time ON tombstones(evicted_at);
 """
-
-
-def new_session_id() -> str:
-    """A fresh, unguessable session id (``s-`` + 12 lowercase hex digits)."""
-    return "s-" + secrets.token_hex(6)
-
-
-def validate_session_id(session_id: str) -> str:
-    """Return ``session_id`` if it has the session id shape.
-
-    Raises:
-        SessionNotFound: it does not (no path is ever derived from it).
-    """
-    if not isinstance(session_id, str) or _SESSION_RE.fullmatch(session_id) is None:
-        raise SessionNotFound("session ids look like 's-0123456789ab' (s- and 12 lowercase hex digits)")
-    return session_id
 
 
 def _not_found(artifact_id: object) -> ArtifactNotFound:
