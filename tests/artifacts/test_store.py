@@ -47,7 +47,7 @@ def test_ids_are_stamped_with_their_session(home: Path) -> None:
         session = store.session("s-0123456789ab")
         assert store_bytes(session, b"x") == "s-0123456789ab.a1"
         assert store_bytes(session, b"y") == "s-0123456789ab.a2"
-        with pytest.raises(SessionNotFound, match="s- and 12 lowercase hex"):
+        with pytest.raises(SessionNotFound, match=r"^no session "):
             store.session("../s-0123456789ab")
 
 
