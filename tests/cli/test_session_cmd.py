@@ -1,0 +1,69 @@
+"""`executor session start|ls|stop|gc` and `executor image build|ls` end to end, as subprocesses, on the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _executor(home: Path, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EXECUTOR_HOME": str(home), **(extra_env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "executor.cli", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def test_session_lifecycle_in_json(base_image: str, home: Path) -> None:
+    """start prints the session, ls lists it by name, stop by name removes it, and stop again exits 2."""
+    name = "cli-" + os.urandom(4).hex()
+    started = _executor(home, "session", "start", "--name", name)
+    assert started.returncode == 0, started.stdout + started.stderr
+    session = _json(started)["session"]
+    try:
+        assert session["name"] == name and session["state"] == "running" and session["profile"] == "default"
+        listed = _json(_executor(home, "session", "ls"))["sessions"]
+        assert any(s["id"] == session["id"] for s in listed)
+        stopped = _executor(home, "session", "stop", name)
+        assert stopped.returncode == 0 and _json(stopped) == {"outcome": "ok", "stopped": session["id"]}
+    finally:
+        _executor(home, "session", "stop", session["id"])
+    again = _executor(home, "session", "stop", name)
+    assert again.returncode == 2 and _json(again)["outcome"] == "error"
+    assert _json(_executor(home, "session", "gc"))["outcome"] == "ok"
+
+
+def test_unknown_profile_is_bad_input(home: Path) -> None:
+    """Starting with a profile that does not exist exits 2 naming the known ones."""
+    done = _executor(home, "session", "start", "--profile", "nope")
+    assert done.returncode == 2
+    assert "known profiles: default" in _json(done)["error"]
+
+
+def test_unreachable_engine_exits_125_with_how_to(home: Path, tmp_path: Path) -> None:
+    """With no engine at the configured address, session ls exits 125 and says how to start one."""
+    done = _executor(home, "session", "ls", extra_env={"EXECUTOR_DOCKER__BASE_URL": f"unix://{tmp_path}/nothing.sock"})
+    assert done.returncode == 125
+    assert "start one" in _json(done)["error"]
+
+
+def test_image_build_is_quiet_in_json_and_reports_up_to_date(base_image: str, home: Path) -> None:
+    """image build of an unchanged base prints one JSON object saying skipped; image ls shows it."""
+    done = _executor(home, "image", "build", "base")
+    assert done.returncode == 0 and done.stderr == ""
+    assert _json(done)["image"]["action"] == "skipped"
+    images = _json(_executor(home, "image", "ls"))["images"]
+    assert any(base_image in i["tags"] and i["kind"] == "session" for i in images)

@@ -1,0 +1,51 @@
+"""The Docker backend passes the backend conformance suite, on both transports, against the real engine."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+import executor.testing
+from executor.config import Profile, load_settings
+from executor.sandbox.base import Backend, SessionInfo, new_session_id, open_backend
+from executor.sandbox.docker import DockerBackend
+from executor.testing import BackendConformance
+
+
+class _Docker(BackendConformance):
+    async def lose(self, backend: Backend, info: SessionInfo) -> None:
+        assert isinstance(backend, DockerBackend)
+        api = backend.engine.client.api
+        await trio.to_thread.run_sync(lambda: api.remove_container(info.container_id, force=True))
+
+    @pytest.fixture
+    def profile(self) -> Profile:
+        return load_settings().profile()
+
+    @pytest.fixture
+    def owner(self) -> str:
+        return "conformance-" + new_session_id()
+
+
+class TestDockerSocket(_Docker):
+    @pytest.fixture
+    async def backend(self, base_image: str, home: Path) -> AsyncIterator[Backend]:
+        async with open_backend(load_settings(overrides={"home": str(home)})) as backend:
+            yield backend
+
+
+class TestDockerExec(_Docker):
+    @pytest.fixture
+    async def backend(self, base_image: str, home: Path) -> AsyncIterator[Backend]:
+        settings = load_settings(overrides={"home": str(home), "agent": {"transport": "exec"}})
+        async with open_backend(settings) as backend:
+            yield backend
+
+
+def test_testing_exports_exist() -> None:
+    """Every name in executor.testing.__all__ is defined."""
+    for name in executor.testing.__all__:
+        assert getattr(executor.testing, name) is not None
