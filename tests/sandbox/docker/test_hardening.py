@@ -55,7 +55,8 @@ async def test_session_container_has_every_hardened_default(backend_factory: Any
                     user="1000:1000",
                 )
             finally:
-                await backend.stop_session(info.id)
+                with trio.CancelScope(shield=True), trio.move_on_after(30):
+                    await backend.stop_session(info.id)
     host, config = data["HostConfig"], data["Config"]
     assert host["CapDrop"] == ["ALL"]
     assert sorted(host["CapAdd"]) == sorted(AGENT_CAPS)
@@ -129,7 +130,8 @@ async def test_profile_override_shows_up_and_exec_transport_mounts_nothing(backe
                 async with open_agent_client(await backend.connect(info.id)) as client:
                     echoed = await client.ping(b"ping\x00\xff")
             finally:
-                await backend.stop_session(info.id)
+                with trio.CancelScope(shield=True), trio.move_on_after(30):
+                    await backend.stop_session(info.id)
     host = data["HostConfig"]
     assert info.transport == "exec" and info.profile == "loose"
     assert host["Memory"] == host["MemorySwap"] == 256 * MIB
