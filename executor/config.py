@@ -131,6 +131,9 @@ class AgentSettings(_Section):
     past this the oldest bytes are dropped and the drop is reported."""
     private_tmpfs_bytes: Bytes = Field(64 * _MIB, ge=_MIB, le=4096 * _MIB)
     """Size of the agent's private tmpfs (root only, not visible to commands)."""
+    orphan_exit_s: float = Field(600.0, ge=0, le=7 * 86_400.0)
+    """An unnamed session's agent sweeps everything and exits after this long with no host connection (a killed
+    executor), so its container stops and ``session gc`` removes it; 0 never. Named sessions never do."""
     cc: str = "cc"
     """C compiler used to build the agent from source."""
     build_dir: Path | None = None

@@ -1,7 +1,7 @@
 /* The executor's in-container agent: PID 1 of every session container.
  *
  *   agent init --listen SOCK --uid U --gid G --workspace DIR --home DIR --state-dir DIR
- *              [--max-frame N] [--detached-buffer N]
+ *              [--max-frame N] [--detached-buffer N] [--orphan-exit-ms N]
  *   agent bridge --connect SOCK        relay stdin/stdout <-> SOCK (the exec transport)
  *   agent fs-* ...                     file operations (fileops.c)
  *   agent version
@@ -141,6 +141,7 @@ static struct {
     const char *workspace, *home, *state_dir;
     uint32_t max_frame;
     uint64_t detached_buffer;
+    uint64_t orphan_exit_ms; /* 0: never. Else: sweep and exit after this long with no host connection. */
 } opt;
 
 static pid_t g_self;
@@ -1740,7 +1741,7 @@ static void accept_conns(void)
 static void usage_init(void)
 {
     logmsg("usage: agent init --listen SOCK --uid U --gid G --workspace DIR --home DIR --state-dir DIR "
-           "[--max-frame N] [--detached-buffer N]\n");
+           "[--max-frame N] [--detached-buffer N] [--orphan-exit-ms N]\n");
 }
 
 static int parse_init(int argc, char **argv)
@@ -1773,6 +1774,8 @@ static int parse_init(int argc, char **argv)
             opt.max_frame = (uint32_t)v;
         else if (strcmp(a, "--detached-buffer") == 0 && parse_u64(val, 4096, 1ull << 40, &v) == 0)
             opt.detached_buffer = v;
+        else if (strcmp(a, "--orphan-exit-ms") == 0 && parse_u64(val, 0, 1ull << 40, &v) == 0)
+            opt.orphan_exit_ms = v;
         else {
             logmsg("executor-agent: bad option or value: %s %s\n", a, val);
             usage_init();
@@ -1926,6 +1929,7 @@ static int init_main(int argc, char **argv, char **envp)
     struct pollfd *pfd = NULL;
     struct pollref *ref = NULL;
     size_t pcap = 0;
+    int64_t last_connected = now_ms();
     for (;;) {
         int64_t now = now_ms();
         int64_t next = now + 60000;
@@ -1990,6 +1994,23 @@ static int init_main(int argc, char **argv, char **envp)
             } else {
                 pp = &c->next;
             }
+        }
+
+        /* An ephemeral session whose host went away for good (a killed executor) ends itself: everything it
+         * started is swept and the container exits, so `session gc` can remove it. Checked after the dead
+         * connections are dropped, so the wait below is bounded by the limit as soon as the last one closes. */
+        if (g_nconns > 0) {
+            last_connected = now;
+        } else if (opt.orphan_exit_ms > 0) {
+            int64_t limit = last_connected + (int64_t)opt.orphan_exit_ms;
+            if (now >= limit) {
+                logmsg("executor-agent: no host connection for %llu ms: sweeping and exiting\n",
+                       (unsigned long long)opt.orphan_exit_ms);
+                shutdown_all();
+                return 0;
+            }
+            if (limit < next)
+                next = limit;
         }
 
         size_t need = 2 + (size_t)g_nconns;

@@ -172,6 +172,7 @@ class DockerBackend(Backend):
                 transport=transport,
                 agent_host_path=binary if transport == "socket" else None,
                 run_host_dir=run_dir,
+                ephemeral=name is None,
             )
             container = await self.engine.call(
                 lambda: self.engine.client.containers.create(**kwargs),

@@ -83,8 +83,13 @@ def pinned_seccomp() -> str:
     return json.dumps(json.loads(text), separators=(",", ":"))
 
 
-def agent_command(profile: Profile, agent: AgentSettings) -> list[str]:
-    """The container's entrypoint: the agent as PID 1, told where everything is."""
+def agent_command(profile: Profile, agent: AgentSettings, *, ephemeral: bool = False) -> list[str]:
+    """The container's entrypoint: the agent as PID 1, told where everything is.
+
+    An ephemeral (unnamed) session also gets ``--orphan-exit-ms``: with no host connection for
+    ``agent.orphan_exit_s`` it sweeps its processes and exits, so a killed executor leaves no running container.
+    """
+    orphan_exit_ms = round(agent.orphan_exit_s * 1000) if ephemeral else 0
     return [
         AGENT_PATH,
         "init",
@@ -104,6 +109,8 @@ def agent_command(profile: Profile, agent: AgentSettings) -> list[str]:
         str(agent.detached_buffer_bytes),
         "--max-frame",
         str(agent.max_frame_bytes),
+        "--orphan-exit-ms",
+        str(orphan_exit_ms),
     ]
 
 
@@ -117,6 +124,7 @@ def container_kwargs(
     transport: Transport,
     agent_host_path: Path | None,
     run_host_dir: Path | None,
+    ephemeral: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for docker-py ``containers.create`` of one session.
 
@@ -129,6 +137,7 @@ def container_kwargs(
         transport: ``socket`` bind-mounts the agent and a host run folder; ``exec`` mounts nothing from the host.
         agent_host_path: the agent binary on the host (socket transport only).
         run_host_dir: the host folder that receives the agent's socket (socket transport only).
+        ephemeral: an unnamed session, which ends itself once no host has been connected for a while.
     """
     tmpfs = {
         "/tmp": f"size={profile.tmp_size},mode=1777,nosuid,nodev",
@@ -155,7 +164,7 @@ def container_kwargs(
     return {
         "image": image,
         "name": container_name(session_id),
-        "entrypoint": agent_command(profile, agent),
+        "entrypoint": agent_command(profile, agent, ephemeral=ephemeral),
         "command": [],
         # The agent is PID 1 and root (it drops to the session user for every command); docker's own init
         # would sit between it and the orphans it must see.

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from executor.config import load_settings
+from executor.config import Profile, load_settings
 from executor.errors import ConfigError
 from executor.sandbox.agent.client import open_agent_client
 from executor.sandbox.base import Backend
@@ -85,7 +85,9 @@ async def test_session_container_has_every_hardened_default(backend_factory: Any
     assert not host.get("Devices")
     assert host.get("Init") in (None, False)
     assert config["User"] == "0:0"
-    assert config["Entrypoint"] == agent_command(load_settings().profile(), load_settings().agent)
+    assert config["Entrypoint"] == agent_command(
+        load_settings().profile(), load_settings().agent, ephemeral=info.name is None
+    )
     assert "HOME=/home/agent" in config["Env"]
     labels = config["Labels"]
     assert labels["executor.session"] == info.id and labels["executor.owner"] == "t-h"
@@ -173,3 +175,25 @@ def test_new_tunables_have_their_documented_defaults() -> None:
     settings = load_settings()
     assert settings.docker.gc_min_age_s == 300.0
     assert settings.images.pull_timeout_s == 30.0
+
+
+async def test_an_unnamed_session_without_a_host_ends_itself(backend_factory: Any) -> None:
+    """With no host connection for agent.orphan_exit_s an unnamed session exits; a named one keeps running."""
+    assert load_settings().agent.orphan_exit_s == 600.0
+    with pytest.raises(ConfigError, match=r"agent\.orphan_exit_s"):
+        load_settings(overrides={"agent": {"orphan_exit_s": -1}})
+    async with backend_factory(agent={"orphan_exit_s": 1.0}) as backend:
+        ephemeral = await backend.open_session(profile=Profile(), profile_name="default", owner="t-h")
+        named = await backend.open_session(profile=Profile(), profile_name="default", name="t-h-kept", owner="t-h")
+        try:
+            with trio.fail_after(30):
+                while True:
+                    if await backend.status(ephemeral.id) != "running":
+                        break
+                    await trio.sleep(0.25)
+            assert await backend.status(named.id) == "running"
+            assert ephemeral.id in " ".join(await backend.gc()) or await backend.status(ephemeral.id) == "missing"
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(30):
+                await backend.stop_session(ephemeral.id)
+                await backend.stop_session(named.id)
