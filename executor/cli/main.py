@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -40,6 +41,15 @@ def _root(
     ctx.obj = CliState(config=config, json=json_output)
 
 
+def hoist_json(argv: list[str]) -> list[str]:
+    """Let every command take ``--json`` after its name, too: move it before the subcommand, where the root option
+    lives. Words after ``--`` (a command to run) are never touched."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if "--json" not in argv[:end]:
+        return argv
+    return ["--json", *(word for word in argv[:end] if word != "--json"), *argv[end:]]
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    app(args=hoist_json(sys.argv[1:]))
