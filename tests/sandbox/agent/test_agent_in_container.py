@@ -187,3 +187,22 @@ async def test_exec_transport_runs_commands_without_host_mounts(
         assert session.info.transport == "exec"
         result = await session.bash("echo over-the-bridge; cat /proc/1/cmdline | tr '\\0' ' '")
         assert "over-the-bridge" in result.text and "/.executor/agent init" in result.text
+
+
+@pytest.mark.parametrize("transport", ["socket", "exec"])
+async def test_a_command_cannot_reach_its_supervisor(
+    transport: str, base_image: str, home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The session user can neither connect to the agent's socket nor read PID 1's environment."""
+    build = tmp_path_factory.getbasetemp() / "agent-build-shared"
+    settings = load_settings(overrides={"home": str(home), "agent": {"build_dir": str(build), "transport": transport}})
+    probe = (
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/.executor/run/agent.sock'); "
+        "print('CONNECTED')\" 2>&1 | tail -n 1; cat /proc/1/environ >/dev/null 2>&1 || echo environ-denied; "
+        "kill -0 1 2>/dev/null || echo kill-denied"
+    )
+    async with open_executor(settings) as ex, ex.open_session() as session:
+        result = await session.bash(probe)
+    assert "CONNECTED" not in result.text
+    assert "PermissionError" in result.text
+    assert "environ-denied" in result.text and "kill-denied" in result.text
