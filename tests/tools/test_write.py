@@ -470,3 +470,16 @@ def test_bad_write_settings_are_rejected_at_load(field: str, value: int) -> None
     """Out-of-range write settings fail at load, naming the field."""
     with pytest.raises(ConfigError, match=rf"write\.{field}"):
         load_settings(overrides={"write": {field: value}})
+
+
+async def test_new_files_get_the_configured_mode(client: LocalAgentClient, ws: Path) -> None:
+    """A file the write creates gets write.new_file_mode; an existing file keeps its own mode."""
+    tool = make_tool(client, ws, new_file_mode=0o600)
+    prepared = await tool.prepare("fresh.txt", b"new\n")
+    await tool.execute(prepared, b"new\n")
+    assert (ws / "fresh.txt").stat().st_mode & 0o7777 == 0o600
+    (ws / "kept.sh").write_text("old\n")
+    (ws / "kept.sh").chmod(0o750)
+    again = await tool.prepare("kept.sh", b"new\n")
+    await tool.execute(again, b"new\n")
+    assert (ws / "kept.sh").stat().st_mode & 0o7777 == 0o750

@@ -301,7 +301,9 @@ async def _build(
             if line and progress is not None:
                 trio.from_thread.run_sync(progress, line, trio_token=token)
 
-    await engine.call(run, what=f"build {tag}", idempotent=False)
+    # A build can run for minutes in the engine: on a time bound (images.build_timeout_s) or a cancel, the waiting
+    # thread is abandoned instead of holding the caller until the engine finishes.
+    await engine.call(run, what=f"build {tag}", idempotent=False, abandon_on_cancel=True)
 
 
 async def build_image(
