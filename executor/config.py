@@ -91,6 +91,9 @@ class DockerSettings(_Section):
     """Attempts for an idempotent engine call (inspect, list, remove); never for an exec or a write."""
     retry_wait_s: float = Field(0.2, ge=0, le=30)
     """Wait between two attempts of an idempotent engine call, in seconds."""
+    gc_on_start: bool = True
+    """Reap what earlier runs left behind (our exited containers, stale Created ones, orphaned volumes) whenever an
+    executor opens; ``executor session gc`` does the same on demand."""
     stop_timeout_s: int = Field(2, ge=0, le=300)
     """Seconds a session container gets between SIGTERM and SIGKILL when it is stopped."""
     gc_min_age_s: float = Field(300.0, ge=0, le=30 * 86_400.0)

@@ -18,7 +18,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Final, Literal
 
@@ -35,6 +35,7 @@ from executor.errors import (
     CommandRejected,
     ConfigError,
     ExecutorError,
+    SandboxError,
     SandboxLost,
     SessionNotFound,
     TaskNotFound,
@@ -1097,6 +1098,11 @@ async def open_executor(
     assert cache is None or isinstance(cache, AnswerCache)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     async with open_backend(settings) as backend:
+        if settings.docker.gc_on_start:
+            # Best effort: leftovers of killed runs are reaped here, and a failure is `executor session gc`'s to report.
+            with trio.move_on_after(settings.docker.api_timeout_s):
+                with suppress(SandboxError):
+                    await backend.gc()
         store = ArtifactStore.open(settings.home, settings.artifacts)
         try:
             if judge is not None:

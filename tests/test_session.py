@@ -263,3 +263,45 @@ async def test_artifacts_of_another_session_are_not_found(make_settings: Callabl
         assert result.artifact_id is not None
         with pytest.raises(ArtifactNotFound):
             await two.read_output(result.artifact_id)
+
+
+async def test_opening_an_executor_reaps_leftovers_unless_told_not_to(make_settings: Callable[..., Settings]) -> None:
+    """docker.gc_on_start (default on) removes our exited containers when an executor opens; off leaves them."""
+    from executor.errors import ConfigError
+    from executor.sandbox.base import new_session_id
+
+    assert load_settings().docker.gc_on_start is True
+    with pytest.raises(ConfigError, match=r"docker\.gc_on_start"):
+        load_settings(overrides={"docker": {"gc_on_start": "sometimes"}})
+
+    async def leftover() -> str:
+        session_id = new_session_id()
+        await trio.run_process(
+            [
+                "docker", "run", "--name", f"executor-{session_id}", "--network", "none",
+                "--label", f"executor.session={session_id}", "--label", "executor.owner=t-gc-start",
+                "--entrypoint", "true", "executor/base:latest",
+            ],
+            capture_stdout=True,
+        )  # fmt: skip
+        return f"executor-{session_id}"
+
+    async def exists(name: str) -> bool:
+        done = await trio.run_process(
+            ["docker", "inspect", name], capture_stdout=True, capture_stderr=True, check=False
+        )
+        return done.returncode == 0
+
+    kept, reaped = await leftover(), await leftover()
+    try:
+        async with open_executor(make_settings(docker={"gc_on_start": False})):
+            pass
+        assert await exists(kept)
+        async with open_executor(make_settings()):
+            pass
+        assert not await exists(kept) and not await exists(reaped)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.run_process(
+                ["docker", "rm", "-f", kept, reaped], capture_stdout=True, capture_stderr=True, check=False
+            )
