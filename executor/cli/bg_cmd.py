@@ -84,11 +84,10 @@ def start(
     image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
     cwd: str | None = typer.Option(None, "--cwd", help="Working directory (default: the workspace)."),
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE, repeatable."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Start a command in the background and print its task id at once."""
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     named = _need_session(session, json_mode=json_mode)
     settings = st.settings()
     if not command or not "".join(command).strip():
@@ -126,11 +125,10 @@ def read(
     stream: str = typer.Option("stdout", "--stream", help="stdout or stderr."),
     offset: int = typer.Option(0, "--offset", help="Whole-stream byte offset to read from (a read's next_offset)."),
     max_bytes: int = typer.Option(65_536, "--max-bytes", help="Most bytes to read."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Print a task's output from a byte offset, and where the next read starts."""
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     named = _need_session(session, json_mode=json_mode)
     settings = st.settings()
     checked: Literal["stdout", "stderr"]
@@ -167,11 +165,10 @@ def stop(
     ctx: typer.Context,
     task_id: str = typer.Argument(..., metavar="TASK", help="A task id from `bg start` or `bg ls`."),
     session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Kill a task's whole process group (TERM, grace, KILL) and say how it ended."""
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     named = _need_session(session, json_mode=json_mode)
     settings = st.settings()
     where = CliSession(json_mode=json_mode, session=named, create=False)
@@ -197,11 +194,10 @@ def stop(
 def ls(
     ctx: typer.Context,
     session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """List a session's background tasks."""
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     named = _need_session(session, json_mode=json_mode)
     settings = st.settings()
     where = CliSession(json_mode=json_mode, session=named, create=False)

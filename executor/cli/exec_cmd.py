@@ -275,11 +275,10 @@ def exec_command(
     cwd: str | None = typer.Option(None, "--cwd", help="Working directory (default: the workspace)."),
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE, repeatable."),
     stdin: str | None = typer.Option(None, "--stdin", help="Feed this file (or - for stdin) to the command."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Run a command in a sandbox session; print the presented view; exit with its status."""
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     settings = st.settings()
     words = list(command)
     if not words or not "".join(words).strip():

@@ -73,13 +73,12 @@ async def _session_id(settings: Settings, artifact_id: str, session: str | None)
 
 def _run(
     ctx: typer.Context,
-    json_output: bool,
     artifact_id: str,
     session: str | None,
     job: Callable[[SessionArtifacts], Awaitable[tuple[str, dict[str, Any]]]],
 ) -> None:
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     settings = st.settings()
 
     async def main() -> tuple[str, str, dict[str, Any]]:
@@ -115,7 +114,6 @@ def read(
     start_byte_in_line: int | None = typer.Option(
         None, "--start-byte-in-line", help="Continue inside a line (from a page's next_start_byte_in_line)."
     ),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Print one page of a stored stream, with its true line range and where the next page starts."""
 
@@ -129,7 +127,7 @@ def read(
         )
         return render_read_page(page), page.model_dump(mode="json", exclude={"text", "data"})
 
-    _run(ctx, json_output, artifact_id, session, job)
+    _run(ctx, artifact_id, session, job)
 
 
 @app.command("search")
@@ -141,7 +139,6 @@ def search(
     stream: str | None = typer.Option(None, "--stream", help="Stream name (default: the artifact's first)."),
     limit: int = typer.Option(20, "--limit", help="Most matches on the page."),
     start_line: int = typer.Option(1, "--start-line", help="Resume here (a page's next_start_line)."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Print the matching lines of a stored stream with their true line numbers, and where to resume."""
 
@@ -152,4 +149,4 @@ def search(
         receipt = page.model_dump(mode="json", exclude={"matches": {"__all__": {"text"}}})
         return render_search_page(page), receipt
 
-    _run(ctx, json_output, artifact_id, session, job)
+    _run(ctx, artifact_id, session, job)

@@ -39,11 +39,10 @@ def replay_command(
     policy: Path | None = typer.Option(
         None, "--policy", help="A policy TOML to apply to the recorded actions (default: the recorded verdicts)."
     ),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Re-score a journal's recorded judgments offline; nothing is executed or approved."""
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     settings = st.settings()
     if trust is None:
         trust = settings.gate.trust

@@ -41,11 +41,10 @@ def write_command(
     ),
     profile: str | None = typer.Option(None, "--profile", help="Profile of a session started here."),
     image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (same as the global --json)."),
 ) -> None:
     """Create or replace a file in a session; print the result and its diff."""
     st = state(ctx)
-    json_mode = st.json or json_output
+    json_mode = st.json
     settings = st.settings()
     content = read_input(source, option="--from", json_mode=json_mode)
     where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from executor.cli.main import app
+from executor.cli.main import app, hoist_json
 from executor.config import JournalSettings
 from executor.gate.decision import GATE_TABLE
 from executor.journal import JournalWriter, SessionClosed, SessionOpened
@@ -43,7 +43,9 @@ def _write_journal(path: Path) -> Path:
 
 def _invoke(args: list[str], home: Path, env: dict[str, str] | None = None) -> Any:
     runner = CliRunner()
-    return runner.invoke(app, args, env={"EXECUTOR_HOME": str(home), **(env or {})}, catch_exceptions=False)
+    # The console script moves a command's --json to the root option; do the same here.
+    argv = hoist_json(args)
+    return runner.invoke(app, argv, env={"EXECUTOR_HOME": str(home), **(env or {})}, catch_exceptions=False)
 
 
 def test_json_report_shape(tmp_path: Path, home: Path) -> None:
