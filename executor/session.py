@@ -55,7 +55,7 @@ from executor.gate.approvals import ApprovalHandler, request_approval
 from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate, GateOutcome
 from executor.gate.judge import Judge, open_judge
-from executor.gate.policy import load_profile_policy
+from executor.gate.policy import Policy, load_profile_policy
 from executor.journal import JournalWriter
 from executor.journal.events import (
     ActionPrepared,
@@ -388,9 +388,8 @@ class Session:
 
     async def _present_run(self, artifact_id: str, *, command: str, mode: FocusMode, intent: str | None) -> str:
         """The view of a finished run's artifact under ``mode`` (raw; the caller sanitizes it)."""
-        bounded = bounded_view(self.artifacts, artifact_id)
         if mode == "off":
-            return bounded
+            return bounded_view(self.artifacts, artifact_id)
         record = self.artifacts.record(artifact_id)
         settings = self._settings
         focused: list[str] = []
@@ -451,7 +450,7 @@ class Session:
             else:
                 fallback = True
         if mode == "shadow" or fallback or not focused:
-            return bounded
+            return bounded_view(self.artifacts, artifact_id)
         return "\n".join(focused)
 
     # -- tools -------------------------------------------------------------------------------------------------
@@ -982,10 +981,10 @@ class Executor:
             ImageError, AgentError, EngineUnavailable, EngineError: the session could not start.
         """
         profile_name, chosen = self._profile(profile, image)
-        load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
+        policy = load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
         info = await self.backend.open_session(profile=chosen, profile_name=profile_name, name=name, owner=owner)
         try:
-            async with self._connect(info, chosen) as session:
+            async with self._connect(info, chosen, policy) as session:
                 yield session
         finally:
             if not keep:
@@ -1007,13 +1006,14 @@ class Executor:
         Raises:
             SessionNotFound: no such session, it is not running, or it belongs to another owner.
         """
+        policy: Policy | None = None
         try:
             info = await self.backend.find_session(id_or_name)
         except SessionNotFound:
             if not create:
                 raise
             profile_name, chosen = self._profile(profile, image)
-            load_profile_policy(self.settings.gate, chosen)
+            policy = load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
             info = await self.backend.open_session(
                 profile=chosen, profile_name=profile_name, name=id_or_name, owner=owner
             )
@@ -1023,7 +1023,9 @@ class Executor:
             chosen = self.settings.profile(info.profile)
         except ConfigError:
             chosen = self.settings.profile()
-        async with self._connect(info, chosen) as session:
+        if policy is None:
+            policy = load_profile_policy(self.settings.gate, chosen)
+        async with self._connect(info, chosen, policy) as session:
             yield session
 
     async def list_sessions(self, *, owner: str | None = None) -> list[SessionInfo]:
@@ -1042,8 +1044,7 @@ class Executor:
         await self.backend.stop_session(info.id)
 
     @asynccontextmanager
-    async def _connect(self, info: SessionInfo, profile: Profile) -> AsyncIterator[Session]:
-        policy = load_profile_policy(self.settings.gate, profile)
+    async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
         gate = Gate(self.settings.gate, policy=policy, judge=self.judge, cache=self.cache)
         stream = await self.backend.connect(info.id)
         journal = JournalWriter(
