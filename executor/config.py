@@ -300,6 +300,8 @@ class JournalSettings(_Section):
     """Longest journal line a reader accepts."""
     max_depth: int = Field(32, ge=2, le=1000)
     """Deepest JSON nesting a reader accepts."""
+    max_file_bytes: Bytes = Field(1024 * _MIB, ge=_MIB, le=1024**4)
+    """Largest journal a reader (``executor replay``) reads; only regular files are read at all."""
 
 
 class McpSettings(_Section):

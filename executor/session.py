@@ -56,7 +56,7 @@ from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate, GateOutcome
 from executor.gate.judge import Judge, open_judge
 from executor.gate.policy import Policy, load_profile_policy
-from executor.journal import JournalWriter
+from executor.journal import JournalWriter, load_journal_key
 from executor.journal.events import (
     ActionPrepared,
     ApprovalRequested,
@@ -1051,6 +1051,7 @@ class Executor:
             self.settings.home / "sessions" / info.id / "journal.ndjson",
             session_id=info.id,
             settings=self.settings.journal,
+            key=load_journal_key(self.settings.home, create=True),
         )
         async with open_agent_client(
             stream,

@@ -2,9 +2,12 @@
 
 Reads a journal leniently (refused lines are reported by number), re-decides its decisions offline and prints
 a report: one JSON object under ``--json`` (global, before the subcommand, or local, after it), else tables.
-Nothing recorded is executed and no approval is made. Exit codes: 0 when the journal had valid records (even if
-some lines were refused); 2 for bad usage, an unreadable policy or journal file, or a journal with no valid
-record at all.
+Nothing recorded is executed and no approval is made. With this home's journal key every line's MAC and chain
+are verified and failures are reported by line; a journal this home cannot verify (no key, another home's key,
+unsigned) is replayed in an explicit *unverified* mode: the first line of the report and ``verification`` in JSON
+say so. Only regular files up to ``journal.max_file_bytes`` are read. Exit codes: 0 when the journal had valid
+records (even if some lines were refused); 2 for bad usage, an unreadable policy or journal file, or a journal
+with no valid record at all.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from executor.config import Settings
 from executor.errors import ConfigError, JournalError
 from executor.gate.judge import api_key_from, open_judge
 from executor.gate.policy import Policy, load_policy
-from executor.journal import JournalRead, read_journal_file
+from executor.journal import JournalRead, load_journal_key, read_journal_file
 from executor.replay import ReplayMode, ReplayReport, replay
 
 __all__ = ["replay_command"]
@@ -59,15 +62,25 @@ def replay_command(
         except ConfigError as exc:
             fail(str(exc), code=EXIT_USAGE, json_mode=json_mode)
     try:
-        read = read_journal_file(journal, settings=settings.journal, mode="lenient")
+        # Replay only reads: it never creates the home's key. Without one the journal is read unverified.
+        key = load_journal_key(settings.home, create=False)
+        read = read_journal_file(journal, settings=settings.journal, mode="lenient", key=key)
     except JournalError as exc:
         fail(str(exc), code=EXIT_USAGE, json_mode=json_mode)
     report = trio.run(_run, read, settings, trust, loaded, checked_mode)
     unreadable = not read.records
     outcome = "unreadable" if unreadable else ("journal_errors" if read.issues else "ok")
     code = EXIT_USAGE if unreadable else 0
-    data = {"outcome": outcome, "exit_code": code, "journal": str(journal), **report.model_dump(mode="json")}
-    emit(data, render(report, journal=str(journal)), json_mode=json_mode)
+    data = {
+        "outcome": outcome,
+        "exit_code": code,
+        "journal": str(journal),
+        "verification": read.verification,
+        "verification_note": read.note,
+        **report.model_dump(mode="json"),
+    }
+    text = render(report, journal=str(journal))
+    emit(data, f"journal {read.verification.upper()}: {read.note}\n{text}", json_mode=json_mode)
     if unreadable:
         if not json_mode:
             typer.echo(f"error: no valid record could be read from {_clean(str(journal))}", err=True)

@@ -6,6 +6,7 @@ See :mod:`executor.journal.events` for the event models, :mod:`executor.journal.
 
 from __future__ import annotations
 
+from executor.journal.chain import JournalKey, load_journal_key
 from executor.journal.events import (
     SCHEMA_VERSION,
     ActionPrepared,
@@ -36,6 +37,7 @@ from executor.journal.reader import (
     JournalRead,
     JournalRecord,
     ReadMode,
+    Verification,
     decode_line,
     read_journal,
     read_journal_file,
@@ -59,6 +61,7 @@ __all__ = [
     "IssueCode",
     "JournalEvent",
     "JournalIssue",
+    "JournalKey",
     "JournalRead",
     "JournalRecord",
     "JournalWriter",
@@ -70,8 +73,10 @@ __all__ = [
     "SessionClosed",
     "SessionOpened",
     "StaticVerdict",
+    "Verification",
     "decode_line",
     "event_adapter",
+    "load_journal_key",
     "read_journal",
     "read_journal_file",
 ]

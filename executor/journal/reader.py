@@ -13,6 +13,16 @@ Pure: no trio, no docker, nothing executes. The reader takes a binary stream (or
 * refuses unknown event types and schema versions, events that do not validate, a repeated ``event_id`` or
   ``judgment_id``, and a ``seq`` that does not increase.
 
+With the home's journal key (:mod:`executor.journal.chain`) the reader also verifies every line's HMAC and its link
+to the previous line, and, for a file, that the journal still reaches its sealed head: ``unsigned``, ``foreign_key``,
+``bad_mac`` (altered or forged), ``chain_broken`` (deleted, reordered or copied-in records before it),
+``head_missing`` and ``head_mismatch`` (records cut from the end). It verifies only a journal that this key signed;
+one with no line signed by it (written by another home, or before signing existed, or read without a key) is read
+*unverified*: :attr:`JournalRead.verification` says so and :attr:`JournalRead.note` says why.
+
+A file is read only when it is a regular file of at most ``journal.max_file_bytes`` (``/dev/zero``, a pipe or a
+terminal is refused at once), and never past that many bytes.
+
 ``mode="strict"`` raises :class:`JournalCorrupt` at the first issue; ``mode="lenient"`` keeps only complete,
 valid records and returns every issue alongside them.
 
@@ -23,7 +33,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterator
 from itertools import accumulate
 from pathlib import Path
@@ -33,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from executor.config import JournalSettings
 from executor.errors import JournalCorrupt, JournalError
+from executor.journal.chain import GENESIS, JournalKey, head_path, split_chain
 from executor.journal.events import SCHEMA_VERSION, EventType, JournalEvent, JudgmentEvent, event_adapter
 
 __all__ = [
@@ -41,6 +54,7 @@ __all__ = [
     "JournalRead",
     "JournalRecord",
     "ReadMode",
+    "Verification",
     "decode_line",
     "read_journal",
     "read_journal_file",
@@ -66,8 +80,19 @@ IssueCode = Literal[
     "duplicate_event_id",
     "duplicate_judgment_id",
     "seq_backwards",
+    "unsigned",
+    "foreign_key",
+    "bad_mac",
+    "chain_broken",
+    "head_missing",
+    "head_mismatch",
+    "too_large",
 ]
 """Why a line was refused."""
+
+Verification = Literal["verified", "unverified"]
+"""``verified``: every accepted line carries this home's valid MAC in an unbroken chain; ``unverified``: nothing
+was checked (see :attr:`JournalRead.note`)."""
 
 ReadMode = Literal["strict", "lenient"]
 """``strict``: raise on the first issue; ``lenient``: collect issues and keep the valid records."""
@@ -116,6 +141,10 @@ class JournalRead(_Model):
     """Refused lines, in file order."""
     lines: int
     """Lines seen (including refused ones)."""
+    verification: Verification = "unverified"
+    """Whether the lines' MACs and chain were checked against this home's key."""
+    note: str = "read without a journal key; nothing was verified"
+    """Why the journal is (un)verified, for people."""
 
     @property
     def events(self) -> tuple[JournalEvent, ...]:
@@ -227,26 +256,56 @@ def _validate(obj: dict[str, Any]) -> JournalEvent:
     return event
 
 
-def _lines(stream: IO[bytes], max_line_bytes: int) -> Iterator[tuple[int, bytes | None, bool]]:
-    """Yield (line number, bytes without newline or None when too long, terminated)."""
+def _lines(stream: IO[bytes], max_line_bytes: int, max_bytes: int) -> Iterator[tuple[int, bytes | None, bool]]:
+    """Yield (line number, bytes without newline or None when too long, terminated); stop after ``max_bytes``.
+
+    Past the budget one more item is yielded, with the number of the first unread line and ``b""``, unterminated
+    and empty, only when the stream still has bytes.
+    """
     number = 0
+    budget = max_bytes
     while True:
-        raw = stream.readline(max_line_bytes + 1)
+        if budget <= 0:
+            if stream.read(1):
+                yield number + 1, b"", False
+            return
+        raw = stream.readline(min(max_line_bytes + 1, budget))
         if not raw:
             return
+        budget -= len(raw)
         number += 1
         if raw.endswith(b"\n"):
             yield number, raw[:-1], True
             continue
-        if len(raw) <= max_line_bytes:
+        if len(raw) <= max_line_bytes and budget > 0:
             yield number, raw, False  # EOF without a newline
             return
+        if len(raw) <= max_line_bytes:
+            # The budget ran out inside this line.
+            yield number, raw, False
+            if stream.read(1):
+                yield number + 1, b"", False
+            return
         # Longer than the limit: skip the rest of it in bounded chunks, never holding it whole.
-        while True:
-            chunk = stream.readline(_SKIP_CHUNK)
+        while budget > 0:
+            chunk = stream.readline(min(_SKIP_CHUNK, budget))
+            budget -= len(chunk)
             if not chunk or chunk.endswith(b"\n"):
                 break
         yield number, None, True
+
+
+def _own_key_signed(stream: IO[bytes], key: JournalKey, settings: JournalSettings) -> bool:
+    """Whether any line of the (seekable) stream names ``key``; the stream is rewound to where it was."""
+    start = stream.tell()
+    marker = f',"chain":"{key.key_id}:'.encode("ascii")
+    try:
+        for _, raw, _ in _lines(stream, settings.max_line_bytes, settings.max_file_bytes):
+            if raw is not None and marker in raw[-(len(marker) + 140) :]:
+                return True
+        return False
+    finally:
+        stream.seek(start)
 
 
 def read_journal(
@@ -254,35 +313,84 @@ def read_journal(
     *,
     settings: JournalSettings,
     mode: ReadMode = "lenient",
+    key: JournalKey | None = None,
+    head: bytes | None = None,
+    expect_head: bool = False,
 ) -> JournalRead:
-    """Read a journal from a binary stream.
+    """Read a journal from a binary stream (at most ``journal.max_file_bytes`` of it).
 
     Args:
-        stream: the journal's bytes, read line by line.
-        settings: the journal section (``max_line_bytes``, ``max_depth``).
+        stream: the journal's bytes, read line by line (seekable when ``key`` is given).
+        settings: the journal section (``max_line_bytes``, ``max_depth``, ``max_file_bytes``).
         mode: ``strict`` raises on the first issue, ``lenient`` collects them.
+        key: the home's journal key: verify each line's MAC and chain when the journal was signed with it.
+        head: the bytes of the journal's sealed head file, read *before* the journal (None: there is none).
+        expect_head: a missing head is an issue (the journal was signed, so its writer sealed one).
 
     Raises:
         JournalCorrupt: strict mode only; the message starts with ``journal line N:``.
     """
+    verify = key is not None and _own_key_signed(stream, key, settings)
+    sealed = key.read_head(head) if (verify and key is not None and head is not None) else None
     records: list[JournalRecord] = []
     issues: list[JournalIssue] = []
     event_ids: dict[str, int] = {}
     judgment_ids: dict[str, int] = {}
     last_seq: int | None = None
+    last_mac = GENESIS
+    last_mac_line = 0
+    last_signed_seq: int | None = None
+    head_reached = False
     lines = 0
-    for number, raw, terminated in _lines(stream, settings.max_line_bytes):
+
+    def refuse(number: int, exc: _LineRefused) -> None:
+        issue = JournalIssue(line=number, code=exc.code, message=f"journal line {number} {exc.message}", ref=exc.ref)
+        if mode == "strict":
+            raise JournalCorrupt(issue.message) from None
+        issues.append(issue)
+
+    for number, raw, terminated in _lines(stream, settings.max_line_bytes, settings.max_file_bytes):
         lines = number
+        authentic: str | None = None
         try:
             if raw is None:
                 raise _LineRefused(
                     "line_too_long", f"is longer than journal.max_line_bytes ({settings.max_line_bytes} bytes)"
                 )
             if not terminated:
+                if not raw:
+                    lines = number - 1
+                    raise _LineRefused(
+                        "too_large",
+                        f"was not read: the journal is larger than journal.max_file_bytes ({settings.max_file_bytes})",
+                    )
                 if b"\x00" in raw:
                     raise _LineRefused("nul", "contains NUL bytes and no final newline (padding after a crash?)")
                 raise _LineRefused("truncated", "is the last line and has no newline: the write was cut")
-            event = _validate(_decode(raw, settings.max_depth))
+            body, mark = split_chain(raw)
+            if verify:
+                assert key is not None
+                if mark is None:
+                    raise _LineRefused("unsigned", "carries no MAC: this home's executor did not write it (inserted?)")
+                if mark.key_id != key.key_id:
+                    raise _LineRefused(
+                        "foreign_key", f"is signed by another key ({mark.key_id}), not this home's ({key.key_id})"
+                    )
+                if not key.verifies(body, mark):
+                    raise _LineRefused("bad_mac", "fails its MAC: the line was altered or forged")
+                authentic = mark.mac
+                if mark.prev != last_mac:
+                    after = f"line {last_mac_line}" if last_mac_line else "the start of the journal"
+                    raise _LineRefused(
+                        "chain_broken",
+                        f"is authentic but does not follow {after}: records were deleted, reordered or copied in "
+                        "before it",
+                    )
+            event = _validate(_decode(body, settings.max_depth))
+            if authentic is not None:
+                last_signed_seq = event.seq
+                if sealed is not None and event.seq == sealed[0] and authentic == sealed[1]:
+                    head_reached = True
             if event.event_id in event_ids:
                 raise _LineRefused(
                     "duplicate_event_id",
@@ -300,29 +408,110 @@ def read_journal(
                     )
                 judgment_ids[event.judgment_id] = number
         except _LineRefused as exc:
-            issue = JournalIssue(
-                line=number, code=exc.code, message=f"journal line {number} {exc.message}", ref=exc.ref
-            )
-            if mode == "strict":
-                raise JournalCorrupt(issue.message) from None
-            issues.append(issue)
+            refuse(number, exc)
             continue
+        finally:
+            if authentic is not None:
+                # The writer chains to every line the key verifies, so the reader follows the same links.
+                last_mac, last_mac_line = authentic, number
         event_ids[event.event_id] = number
         last_seq = event.seq
         records.append(JournalRecord(line=number, event=event))
-    return JournalRead(records=tuple(records), issues=tuple(issues), lines=lines)
+    if verify:
+        end = lines + 1
+        if head is None:
+            if expect_head:
+                refuse(end, _LineRefused("head_missing", "(the end): the journal's sealed head file is missing"))
+        elif sealed is None:
+            refuse(end, _LineRefused("head_mismatch", "(the end): the sealed head is not valid under this key"))
+        elif not head_reached:
+            reached = f"seq {last_signed_seq}" if last_signed_seq is not None else "no signed record"
+            refuse(
+                end,
+                _LineRefused(
+                    "head_mismatch",
+                    f"(the end): the journal reaches {reached} but its sealed head records seq {sealed[0]}: records "
+                    "were cut from the end (or altered)",
+                ),
+            )
+    return JournalRead(
+        records=tuple(records),
+        issues=tuple(issues),
+        lines=lines,
+        verification="verified" if verify else "unverified",
+        note=_note(verify, key, issues),
+    )
 
 
-def read_journal_file(path: Path, *, settings: JournalSettings, mode: ReadMode = "lenient") -> JournalRead:
-    """Read the journal at ``path`` (see :func:`read_journal`).
+def _note(verify: bool, key: JournalKey | None, issues: list[JournalIssue]) -> str:
+    if verify:
+        bad = sum(1 for issue in issues if issue.code in _AUTH_CODES)
+        if bad:
+            return f"verified with this home's key: {bad} line(s) failed authentication (see issues)"
+        return "verified with this home's key: every accepted line is authentic and the chain is whole"
+    if key is None:
+        return "this home has no journal key; the journal was read UNVERIFIED (it may have been altered)"
+    return (
+        "no line is signed by this home's key (another home's journal, or written before signing); "
+        "it was read UNVERIFIED (it may have been altered)"
+    )
+
+
+_AUTH_CODES: frozenset[str] = frozenset(
+    {"unsigned", "foreign_key", "bad_mac", "chain_broken", "head_missing", "head_mismatch"}
+)
+
+
+def read_journal_file(
+    path: Path, *, settings: JournalSettings, mode: ReadMode = "lenient", key: JournalKey | None = None
+) -> JournalRead:
+    """Read the journal at ``path`` (see :func:`read_journal`), with its sealed head when ``key`` is given.
 
     Raises:
-        JournalError: the file cannot be opened (the message names it).
+        JournalError: the file cannot be opened, is not a regular file, or is larger than
+            ``journal.max_file_bytes`` (the message names it and says what to do).
         JournalCorrupt: strict mode only, at the first refused line.
     """
+    head: bytes | None = None
+    if key is not None:
+        # The head is read before the journal: a writer seals it only after appending, so every line it names
+        # is already in the file when the journal is read.
+        head = _read_head(head_path(path))
     try:
-        stream = path.open("rb")
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below like any non-regular file.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         raise JournalError(f"cannot open journal {path}: {exc.strerror or exc}; pass an existing journal file") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise JournalError(
+                f"journal {path} is not a regular file; pass a journal.ndjson file, not a device or a pipe"
+            )
+        if info.st_size > settings.max_file_bytes:
+            raise JournalError(
+                f"journal {path} is {info.st_size} bytes, over journal.max_file_bytes ({settings.max_file_bytes}); "
+                "raise the limit to read it"
+            )
+        os.set_blocking(fd, True)
+        stream = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
     with stream:
-        return read_journal(stream, settings=settings, mode=mode)
+        return read_journal(stream, settings=settings, mode=mode, key=key, head=head, expect_head=key is not None)
+
+
+def _read_head(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return b""  # present but unreadable: reported as an invalid head
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)

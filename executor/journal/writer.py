@@ -2,15 +2,25 @@
 
 Writes are synchronous on purpose: the journal is a small local file, one event is one ``write(2)`` of one short
 line, and a synchronous :meth:`JournalWriter.emit` cannot be interleaved with another task's emit under trio (there is
-no checkpoint inside it), so lines never mix and ``seq`` is assigned in file order. With ``fsync = "always"`` each
-emit also waits for the disk. The default, ``action``, waits only at action boundaries (execution started and
-finished, an approval resolved, the session closed): one fsync there makes every earlier event durable too, so the
-record of a decision is on disk before its action runs, at two disk waits per action instead of six or more. An
-operator who wants less picks ``close`` or ``never``.
+no checkpoint inside it). With ``fsync = "always"`` each emit also waits for the disk. The default, ``action``, waits
+only at action boundaries (execution started and finished, an approval resolved, the session closed): one fsync
+there makes every earlier event durable too, so the record of a decision is on disk before its action runs, at two
+disk waits per action instead of six or more. An operator who wants less picks ``close`` or ``never``.
 
-The file is opened with ``O_APPEND`` and never rewritten: earlier lines are never touched. Reopening an existing
-journal continues after its highest valid ``seq``; if the previous writer was cut mid-line, a newline is appended
-first so that the cut line stays one refused line and the new events stay whole.
+Several writers (processes, or writers in one process) may append to one journal. Every append happens under an
+exclusive ``flock`` of the journal, and everything a writer learns about the file is learnt under that lock: it
+reads whatever other writers appended since its own last append (the whole file on its first append), takes the
+highest ``seq`` and the last signed line's mac from it, appends one line and seals the head, then unlocks. Nothing
+is read or written outside the lock (opening only opens), so ``seq`` is strictly increasing and the chain unbroken
+across all writers.
+
+With a key (:class:`~executor.journal.chain.JournalKey`) every line is signed and chained to its predecessor, and
+``<journal>.head`` is rewritten after each append (see :mod:`executor.journal.chain`). Lines the key does not
+verify (forged or altered) are never chained to or counted for ``seq``.
+
+The file is opened with ``O_APPEND`` and never rewritten: earlier lines are never touched. If a previous writer was
+cut mid-line, a newline is appended first (under the lock) so that the cut line stays one refused line and the new
+events stay whole.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from pydantic import ValidationError
 
 from executor.config import JournalSettings
 from executor.errors import JournalCorrupt, JournalError
+from executor.journal.chain import GENESIS, JournalKey, head_path, split_chain
 from executor.journal.events import (
     ApprovalResolved,
     EventBase,
@@ -35,7 +46,7 @@ from executor.journal.events import (
     JournalEvent,
     SessionClosed,
 )
-from executor.journal.reader import decode_line, read_journal
+from executor.journal.reader import decode_line
 
 __all__ = ["JournalWriter"]
 
@@ -44,6 +55,7 @@ _BOUNDARIES = (ExecutionStarted, ExecutionFinished, ApprovalResolved, SessionClo
 """Events that end a step worth keeping across a power cut (``fsync = "action"``)."""
 _SEQ_RE = re.compile(rb'\{"v":\s*\d+,\s*"seq":\s*(\d{1,18})')
 """The envelope's first two keys as the writer serialises them; anchored so text inside an event never matches."""
+_SKIP_CHUNK = 64 * 1024
 _EVENT_CLASSES: frozenset[type] = frozenset(get_args(get_args(JournalEvent)[0]))
 
 
@@ -55,6 +67,8 @@ class JournalWriter:
             missing parent folders are created (mode 0700).
         session_id: stamped on every event.
         settings: the journal section (``fsync``, ``max_line_bytes``, ``max_depth``).
+        key: the home's journal key: every line is signed and chained, and the head sealed. None writes unsigned
+            lines (a replay can then only read them unverified); the pipeline always passes the home's key.
         fsync: the function called to flush a file descriptor to disk; a seam so tests can count calls.
             Called after each event (``always``), once when the writer closes (``close``), or never (``never``);
             under ``always`` and ``close`` the parent folder is also synced once when the file is created.
@@ -66,6 +80,7 @@ class JournalWriter:
         *,
         session_id: str,
         settings: JournalSettings,
+        key: JournalKey | None = None,
         fsync: Callable[[int], None] = os.fsync,
     ) -> None:
         if not session_id:
@@ -73,9 +88,11 @@ class JournalWriter:
         self._path = path
         self._session_id = session_id
         self._settings = settings
+        self._key = key
         self._fsync = fsync
         self._fd: int | None = None
         self._seq = 0
+        self._mac = GENESIS
         self._size = 0
         self._closed = False
 
@@ -104,16 +121,13 @@ class JournalWriter:
         except OSError as exc:
             raise JournalError(f"cannot open journal {self._path}: {exc.strerror or exc}") from exc
         self._fd = fd
-        try:
-            if created:
-                if self._settings.fsync != "never":
-                    self._sync_dir()
-            else:
-                self._resume()
-        except BaseException:
-            self._fd = None
-            os.close(fd)
-            raise
+        if created and self._settings.fsync != "never":
+            try:
+                self._sync_dir()
+            except BaseException:
+                self._fd = None
+                os.close(fd)
+                raise
 
     def _sync_dir(self) -> None:
         # A new file's directory entry is only durable once the folder itself is synced.
@@ -122,20 +136,6 @@ class JournalWriter:
             self._fsync(dir_fd)
         finally:
             os.close(dir_fd)
-
-    def _resume(self) -> None:
-        with self._path.open("rb") as stream:
-            previous = read_journal(stream, settings=self._settings, mode="lenient")
-            stream.seek(0, os.SEEK_END)
-            size = stream.tell()
-            last = b"\n"
-            if size:
-                stream.seek(size - 1)
-                last = stream.read(1)
-        self._seq = max((event.seq for event in previous.events), default=0)
-        self._size = size
-        if last != b"\n":
-            self._write(b"\n")
 
     def _write(self, data: bytes) -> None:
         assert self._fd is not None
@@ -170,7 +170,7 @@ class JournalWriter:
             )
         data["session_id"] = self._session_id
         # Several processes may append to one session's journal (CLI calls on a named session, an MCP server):
-        # an exclusive lock around "find the last seq, append" keeps seq strictly increasing across all of them.
+        # everything from "learn what the others wrote" to "seal the head" happens under one exclusive lock.
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             self._catch_up()
@@ -180,41 +180,93 @@ class JournalWriter:
             except ValidationError as exc:
                 raise JournalError(f"event does not validate: {exc.errors()[0]['msg']}") from exc
             line = stamped.model_dump_json().encode("utf-8")
+            try:
+                decode_line(line, max_depth=self._settings.max_depth)
+            except JournalCorrupt as exc:
+                raise JournalError(f"{_type_of(stamped)} event would be refused by a reader: {exc}") from exc
+            mac = self._mac
+            if self._key is not None:
+                line, mac = self._key.sign(self._mac, line)
             if len(line) > self._settings.max_line_bytes:
                 raise JournalError(
                     f"{_type_of(stamped)} event is {len(line)} bytes, over journal.max_line_bytes "
                     f"({self._settings.max_line_bytes}); shorten its material or raise the limit"
                 )
-            try:
-                decode_line(line, max_depth=self._settings.max_depth)
-            except JournalCorrupt as exc:
-                raise JournalError(f"{_type_of(stamped)} event would be refused by a reader: {exc}") from exc
             self._write(line + b"\n")
             self._seq += 1
-            if self._settings.fsync == "always" or (
+            self._mac = mac
+            sync = self._settings.fsync == "always" or (
                 self._settings.fsync == "action" and isinstance(stamped, _BOUNDARIES)
-            ):
+            )
+            if sync:
                 self._sync()
+            if self._key is not None:
+                self._seal(sync=sync)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         return stamped
 
     def _catch_up(self) -> None:
-        """Take the seq of events another writer appended since our last write (called under the lock)."""
+        """Learn the seq and chain position of what other writers appended since our last append (under the lock)."""
         assert self._fd is not None
         size = os.fstat(self._fd).st_size
         if size == self._size:
             return
-        with self._path.open("rb") as stream:
-            stream.seek(self._size)
-            tail = stream.read(size - self._size)
-        for raw in tail.split(b"\n"):
-            match = _SEQ_RE.match(raw)
-            if match is not None:
-                self._seq = max(self._seq, int(match.group(1)))
+        limit = self._settings.max_line_bytes
+        ends_with_newline = True
+        try:
+            with self._path.open("rb") as stream:
+                stream.seek(self._size)
+                remaining = size - self._size
+                while remaining > 0:
+                    raw = stream.readline(min(remaining, limit + 1))
+                    if not raw:
+                        break
+                    remaining -= len(raw)
+                    ends_with_newline = raw.endswith(b"\n")
+                    if not ends_with_newline:
+                        if len(raw) > limit:  # an over-long line: skip the rest of it, bounded
+                            while remaining > 0 and not ends_with_newline:
+                                chunk = stream.readline(min(remaining, _SKIP_CHUNK))
+                                if not chunk:
+                                    break
+                                remaining -= len(chunk)
+                                ends_with_newline = chunk.endswith(b"\n")
+                        continue
+                    self._learn(raw[:-1])
+        except OSError as exc:
+            raise JournalError(f"cannot read journal {self._path}: {exc.strerror or exc}") from exc
         self._size = size
-        if not tail.endswith(b"\n"):
+        if not ends_with_newline:
+            # A writer was cut mid-line (it held the lock, so it is gone): end its line so ours stays whole.
             self._write(b"\n")
+
+    def _learn(self, raw: bytes) -> None:
+        body, mark = split_chain(raw)
+        match = _SEQ_RE.match(body)
+        if match is None:
+            return
+        # Every line moves seq (so seq stays increasing for any reader), but only a line this key signed can be a
+        # predecessor: a forged line is never chained to.
+        self._seq = max(self._seq, int(match.group(1)))
+        if self._key is not None and mark is not None and self._key.verifies(body, mark):
+            self._mac = mark.mac
+
+    def _seal(self, *, sync: bool) -> None:
+        assert self._key is not None
+        head = head_path(self._path)
+        tmp = head.with_name(head.name + ".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, self._key.head_bytes(self._seq, self._mac))
+                if sync:
+                    self._fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.replace(head)
+        except OSError as exc:
+            raise JournalError(f"cannot seal the journal head {head}: {exc.strerror or exc}") from exc
 
     def _sync(self) -> None:
         assert self._fd is not None
