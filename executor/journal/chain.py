@@ -13,7 +13,8 @@ A signed line is the event's JSON object with one more member appended by the wr
 
 Each line is authenticated on its own (``mac``), and its position by ``prev``: an altered or forged line fails its
 mac; a deleted, reordered or copied-in line breaks the link; a journal cut at the end no longer reaches the head
-that the writer seals after every append in ``<journal>.head`` (``seq``, ``mac`` and a tag under the same key).
+that the writer seals after every append in ``<journal>.head`` (``seq``, ``mac``, the file size and a tag under the
+same key; a writer opening a long journal also starts from it instead of re-reading every line).
 
 The key lives in ``$EXECUTOR_HOME/journal.key`` (32 random bytes, mode 0600, created on first use, never inside a
 container, never written into a journal). Whoever can read it can re-sign a journal: the chain protects journals
@@ -114,28 +115,30 @@ class JournalKey:
         """Whether ``mark`` is this key's genuine mac of ``body`` (after the predecessor it names)."""
         return mark.key_id == self.key_id and hmac.compare_digest(self.mac(mark.prev, body), mark.mac)
 
-    def _head_tag(self, seq: int, mac: str) -> str:
-        return hmac.new(self._secret, _HEAD_DOMAIN + f"{seq}:{mac}".encode("ascii"), hashlib.sha256).hexdigest()
+    def _head_tag(self, seq: int, mac: str, size: int) -> str:
+        message = _HEAD_DOMAIN + f"{seq}:{mac}:{size}".encode("ascii")
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
-    def head_bytes(self, seq: int, mac: str) -> bytes:
-        """The sealed head recording that the journal's last signed line is ``seq`` with ``mac``."""
-        tag = self._head_tag(seq, mac)
-        return json.dumps({"key_id": self.key_id, "seq": seq, "mac": mac, "tag": tag}).encode("ascii") + b"\n"
+    def head_bytes(self, seq: int, mac: str, size: int) -> bytes:
+        """The sealed head: the journal's last signed line is ``seq`` with ``mac``, and the file was ``size`` bytes."""
+        tag = self._head_tag(seq, mac, size)
+        head = {"key_id": self.key_id, "seq": seq, "mac": mac, "size": size, "tag": tag}
+        return json.dumps(head).encode("ascii") + b"\n"
 
-    def read_head(self, raw: bytes) -> tuple[int, str] | None:
-        """The (seq, mac) a head file records, or None when it is not a head this key sealed."""
+    def read_head(self, raw: bytes) -> tuple[int, str, int] | None:
+        """The (seq, mac, size) a head file records, or None when it is not a head this key sealed."""
         try:
             data = json.loads(raw[:_HEAD_MAX_BYTES])
         except ValueError:
             return None
         if not isinstance(data, dict):
             return None
-        seq, mac, tag = data.get("seq"), data.get("mac"), data.get("tag")
-        if not (isinstance(seq, int) and isinstance(mac, str) and isinstance(tag, str)) or len(mac) != 64:
+        seq, mac, size, tag = data.get("seq"), data.get("mac"), data.get("size"), data.get("tag")
+        if not (isinstance(seq, int) and isinstance(mac, str) and isinstance(size, int) and isinstance(tag, str)):
             return None
-        if not hmac.compare_digest(self._head_tag(seq, mac), tag):
+        if len(mac) != 64 or not hmac.compare_digest(self._head_tag(seq, mac, size), tag):
             return None
-        return seq, mac
+        return seq, mac, size
 
 
 def load_journal_key(home: Path, *, create: bool) -> JournalKey | None:

@@ -339,6 +339,7 @@ def read_journal(
     last_seq: int | None = None
     last_mac = GENESIS
     last_mac_line = 0
+    previous_altered: str | None = None
     last_signed_seq: int | None = None
     head_reached = False
     lines = 0
@@ -352,6 +353,7 @@ def read_journal(
     for number, raw, terminated in _lines(stream, settings.max_line_bytes, settings.max_file_bytes):
         lines = number
         authentic: str | None = None
+        altered_mac: str | None = None
         try:
             if raw is None:
                 raise _LineRefused(
@@ -377,9 +379,12 @@ def read_journal(
                         "foreign_key", f"is signed by another key ({mark.key_id}), not this home's ({key.key_id})"
                     )
                 if not key.verifies(body, mark):
+                    # The next line may still name this line's mac: then this line was altered in place, and the
+                    # link itself holds (only this line is reported).
+                    altered_mac = mark.mac
                     raise _LineRefused("bad_mac", "fails its MAC: the line was altered or forged")
                 authentic = mark.mac
-                if mark.prev != last_mac:
+                if mark.prev != last_mac and mark.prev != previous_altered:
                     after = f"line {last_mac_line}" if last_mac_line else "the start of the journal"
                     raise _LineRefused(
                         "chain_broken",
@@ -414,6 +419,7 @@ def read_journal(
             if authentic is not None:
                 # The writer chains to every line the key verifies, so the reader follows the same links.
                 last_mac, last_mac_line = authentic, number
+            previous_altered = altered_mac
         event_ids[event.event_id] = number
         last_seq = event.seq
         records.append(JournalRecord(line=number, event=event))

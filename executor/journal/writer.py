@@ -212,6 +212,8 @@ class JournalWriter:
         size = os.fstat(self._fd).st_size
         if size == self._size:
             return
+        if self._size == 0 and self._key is not None:
+            self._start_from_head(size)
         limit = self._settings.max_line_bytes
         ends_with_newline = True
         try:
@@ -241,6 +243,18 @@ class JournalWriter:
             # A writer was cut mid-line (it held the lock, so it is gone): end its line so ours stays whole.
             self._write(b"\n")
 
+    def _start_from_head(self, size: int) -> None:
+        """On a first append, start after the sealed head (when this key sealed it) instead of reading every line."""
+        assert self._key is not None
+        try:
+            raw = head_path(self._path).read_bytes()
+        except OSError:
+            return
+        sealed = self._key.read_head(raw)
+        if sealed is None or sealed[2] > size:
+            return  # none, foreign, forged, or the journal was cut below it: read everything
+        self._seq, self._mac, self._size = sealed
+
     def _learn(self, raw: bytes) -> None:
         body, mark = split_chain(raw)
         match = _SEQ_RE.match(body)
@@ -259,7 +273,7 @@ class JournalWriter:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
-                os.write(fd, self._key.head_bytes(self._seq, self._mac))
+                os.write(fd, self._key.head_bytes(self._seq, self._mac, self._size))
                 if sync:
                     self._fsync(fd)
             finally:

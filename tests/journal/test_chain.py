@@ -1,0 +1,194 @@
+"""Tamper evidence: a per-home key, a MAC on every line bound to its predecessor, and a sealed head."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from executor.config import JournalSettings
+from executor.errors import JournalCorrupt, JournalError
+from executor.journal.chain import KEY_FILE, head_path, load_journal_key
+from executor.journal.events import ApprovalResolved, ExecutionStarted, SessionClosed, SessionOpened
+from executor.journal.reader import JournalRead, read_journal, read_journal_file
+from executor.journal.writer import JournalWriter
+from tests.journal.helpers import SESSION, decision, prepared
+
+SETTINGS = JournalSettings.model_validate({"fsync": "never"})
+
+
+def _signed(home: Path, count: int = 6) -> Path:
+    key = load_journal_key(home, create=True)
+    path = home / "sessions" / SESSION / "journal.ndjson"
+    with JournalWriter(path, session_id=SESSION, settings=SETTINGS, key=key) as journal:
+        journal.emit(SessionOpened())
+        for index in range(count - 2):
+            journal.emit(prepared(f"a{index}", "ls"))
+        journal.emit(SessionClosed())
+    return path
+
+
+def _read(home: Path, path: Path) -> JournalRead:
+    return read_journal_file(path, settings=JournalSettings(), key=load_journal_key(home, create=False))
+
+
+def _codes(read: JournalRead) -> list[tuple[int, str]]:
+    return [(issue.line, issue.code) for issue in read.issues]
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_key_is_created_once_private_and_never_written_into_the_journal(home: Path) -> None:
+    """The key file is 0600 under the home, reused on the next load, and absent from every journal line."""
+    path = _signed(home)
+    key_file = home / KEY_FILE
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    secret = key_file.read_bytes()
+    assert len(secret) == 32
+    again = load_journal_key(home, create=True)
+    assert again is not None and key_file.read_bytes() == secret
+    text = path.read_bytes()
+    assert secret not in text and secret.hex().encode() not in text
+    read = _read(home, path)
+    assert (read.verification, read.issues, len(read.records)) == ("verified", (), 6)
+
+
+def test_a_key_readable_by_others_is_refused(home: Path) -> None:
+    """A key file with group or other permission bits is refused with the chmod to run."""
+    load_journal_key(home, create=True)
+    (home / KEY_FILE).chmod(0o644)
+    with pytest.raises(JournalError, match=r"readable by others; run: chmod 600"):
+        load_journal_key(home, create=False)
+
+
+def test_replay_does_not_create_a_key(home: Path) -> None:
+    """Loading without create leaves a home without a key as it was."""
+    assert load_journal_key(home, create=False) is None
+    assert not (home / KEY_FILE).exists()
+
+
+def test_an_altered_line_fails_its_mac_and_only_that_line_is_refused(home: Path) -> None:
+    """Changing one byte of a signed line is reported at that line; the lines after it still verify."""
+    path = _signed(home)
+    lines = _lines(path)
+    lines[2] = lines[2].replace(b'"command":"ls"', b'"command":"id"')
+    path.write_bytes(b"".join(lines))
+    read = _read(home, path)
+    assert _codes(read) == [(3, "bad_mac")]
+    assert len(read.records) == 5
+
+
+def test_forged_approval_and_execution_lines_are_reported_by_line(home: Path) -> None:
+    """Unsigned lines and lines with a made-up or copied MAC are refused, each by its line number."""
+    path = _signed(home)
+    lines = _lines(path)
+    previous_chain = json.loads(lines[1])["chain"]
+    forged_approval = ApprovalResolved(seq=50, session_id=SESSION, approval_id="ap1", outcome="approved")
+    unsigned = forged_approval.model_dump_json().encode() + b"\n"
+    started = ExecutionStarted(seq=51, session_id=SESSION, action_id="a0").model_dump_json().encode()
+    copied_mac = started[:-1] + f',"chain":"{previous_chain}"}}'.encode() + b"\n"
+    path.write_bytes(b"".join([*lines[:3], unsigned, copied_mac, *lines[3:]]))
+    read = _read(home, path)
+    assert _codes(read) == [(4, "unsigned"), (5, "bad_mac")]
+    assert not any(isinstance(event, ApprovalResolved | ExecutionStarted) for event in read.events)
+
+
+def test_a_deleted_line_breaks_the_chain_at_the_next_line(home: Path) -> None:
+    """Removing a record in the middle is reported where the chain breaks."""
+    path = _signed(home)
+    lines = _lines(path)
+    del lines[2]
+    path.write_bytes(b"".join(lines))
+    read = _read(home, path)
+    assert _codes(read) == [(3, "chain_broken")]
+    assert "deleted, reordered or copied in" in read.issues[0].message
+
+
+def test_reordered_lines_are_reported(home: Path) -> None:
+    """Swapping two records breaks the chain at both and at the record after them."""
+    path = _signed(home)
+    lines = _lines(path)
+    lines[2], lines[3] = lines[3], lines[2]
+    path.write_bytes(b"".join(lines))
+    assert _codes(_read(home, path)) == [(3, "chain_broken"), (4, "chain_broken"), (5, "chain_broken")]
+
+
+def test_records_cut_from_the_end_are_reported_against_the_sealed_head(home: Path) -> None:
+    """Truncating whole lines at the end leaves a valid-looking journal that no longer reaches its head."""
+    path = _signed(home)
+    lines = _lines(path)
+    path.write_bytes(b"".join(lines[:-2]))
+    read = _read(home, path)
+    assert _codes(read) == [(5, "head_mismatch")]
+    assert "reaches seq 4 but its sealed head records seq 6" in read.issues[0].message
+
+
+def test_a_missing_or_forged_head_is_reported(home: Path) -> None:
+    """Removing the head, or writing one without the key, is reported at the end."""
+    path = _signed(home)
+    head = head_path(path)
+    original = head.read_bytes()
+    head.write_bytes(original.replace(b'"seq": 6', b'"seq": 4'))
+    assert _codes(_read(home, path)) == [(7, "head_mismatch")]
+    head.unlink()
+    assert _codes(_read(home, path)) == [(7, "head_missing")]
+
+
+def test_strict_mode_raises_at_the_first_forged_line(home: Path) -> None:
+    """Strict reads stop at a forged line with its number."""
+    path = _signed(home)
+    with path.open("ab") as raw:
+        raw.write(decision("a0", "allow").model_copy(update={"seq": 90}).model_dump_json().encode() + b"\n")
+    key = load_journal_key(home, create=False)
+    with pytest.raises(JournalCorrupt, match=r"^journal line 7 carries no MAC"):
+        read_journal_file(path, settings=JournalSettings(), mode="strict", key=key)
+
+
+def test_another_homes_journal_is_read_unverified_and_says_so(tmp_path: Path) -> None:
+    """A journal signed by another home's key (or read with no key) is read, explicitly unverified."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    path = _signed(one)
+    load_journal_key(two, create=True)
+    foreign = _read(two, path)
+    assert foreign.verification == "unverified" and foreign.issues == () and len(foreign.records) == 6
+    assert "no line is signed by this home's key" in foreign.note and "UNVERIFIED" in foreign.note
+    keyless = read_journal_file(path, settings=JournalSettings())
+    assert keyless.verification == "unverified" and "no journal key" in keyless.note
+
+
+def test_a_writer_never_chains_to_a_forged_line(home: Path) -> None:
+    """Events appended after a forged line chain to the last authentic line, so only the forgery is reported."""
+    path = _signed(home)
+    with path.open("ab") as raw:
+        raw.write(decision("a0", "allow").model_copy(update={"seq": 7}).model_dump_json().encode() + b"\n")
+    key = load_journal_key(home, create=False)
+    with JournalWriter(path, session_id=SESSION, settings=SETTINGS, key=key) as journal:
+        journal.emit(prepared("later", "ls"))
+    assert _codes(_read(home, path)) == [(7, "unsigned")]
+
+
+def test_a_writer_cut_mid_line_leaves_one_refused_line_and_an_unbroken_chain(home: Path) -> None:
+    """A partial last line (a killed writer) is ended by the next writer; the chain continues past it."""
+    path = _signed(home)
+    with path.open("ab") as raw:
+        raw.write(b'{"v":1,"seq":7,"ts":1')
+    key = load_journal_key(home, create=False)
+    with JournalWriter(path, session_id=SESSION, settings=SETTINGS, key=key) as journal:
+        journal.emit(prepared("later", "ls"))
+    read = _read(home, path)
+    assert _codes(read) == [(7, "unsigned")]
+    assert getattr(read.events[-1], "action_id", None) == "later"
+
+
+def test_a_stream_without_the_head_is_verified_line_by_line(home: Path) -> None:
+    """read_journal on a stream checks MACs and links even without the head file."""
+    path = _signed(home)
+    key = load_journal_key(home, create=False)
+    with path.open("rb") as stream:
+        read = read_journal(stream, settings=JournalSettings(), key=key)
+    assert (read.verification, read.issues) == ("verified", ())
+    assert head_path(path).exists()
