@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -15,9 +16,18 @@ import pytest
 from typer.testing import CliRunner
 
 from executor.cli.main import app, hoist_json
-from executor.config import JournalSettings
+from executor.config import JournalSettings, load_settings
+from executor.errors import ConfigError
 from executor.gate.decision import GATE_TABLE
-from executor.journal import JournalWriter, SessionClosed, SessionOpened
+from executor.journal import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ExecutionStarted,
+    JournalWriter,
+    SessionClosed,
+    SessionOpened,
+    load_journal_key,
+)
 from executor.models import Answer
 from tests.journal.helpers import SESSION, decision, judgment, prepared, verdict
 
@@ -237,3 +247,107 @@ def test_replay_runs_from_the_console_entry_point(tmp_path: Path, home: Path) ->
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["records"] == 12
+
+
+def _signed_denied_journal(home: Path, path: Path) -> Path:
+    """A journal this home signed: an action statically denied, never approved, never run."""
+    key = load_journal_key(home, create=True)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(fsync="never"), key=key) as journal:
+        journal.emit(SessionOpened(trust=1))
+        journal.emit(prepared("a1", "sudo rm -rf /"))
+        journal.emit(verdict("a1", "deny", static_only=True))
+        journal.emit(decision("a1", "deny"))
+        journal.emit(SessionClosed())
+    return path
+
+
+def test_forged_approval_and_execution_of_a_denied_action_are_reported(tmp_path: Path, home: Path) -> None:
+    """Lines forged after the fact (an approval and an execution of a denied action) are refused by line number."""
+    journal = _signed_denied_journal(home, tmp_path / "journal.ndjson")
+    lines = journal.read_bytes().splitlines(keepends=True)
+    forged = [
+        ApprovalRequested(seq=4, session_id=SESSION, approval_id="ap1", action_id="a1", identity_hash="x" * 64),
+        ApprovalResolved(seq=5, session_id=SESSION, approval_id="ap1", outcome="approved"),
+        ExecutionStarted(seq=6, session_id=SESSION, action_id="a1"),
+    ]
+    journal.write_bytes(b"".join([*lines[:4], *(f.model_dump_json().encode() + b"\n" for f in forged), *lines[4:]]))
+    result = _invoke(["--json", "replay", str(journal)], home)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["verification"] == "verified" and data["outcome"] == "journal_errors"
+    assert [(e["line"], e["code"]) for e in data["errors"]] == [(5, "unsigned"), (6, "unsigned"), (7, "unsigned")]
+    text = _invoke(["replay", str(journal)], home).stdout
+    assert text.startswith("journal VERIFIED: verified with this home's key: 3 line(s) failed authentication")
+
+
+def test_a_journal_from_another_home_is_replayed_explicitly_unverified(tmp_path: Path, home: Path) -> None:
+    """Without this home's key the replay still runs, and says first that nothing was verified."""
+    journal = _signed_denied_journal(tmp_path / "other-home", tmp_path / "journal.ndjson")
+    result = _invoke(["replay", str(journal)], home)
+    assert result.exit_code == 0
+    assert result.stdout.startswith("journal UNVERIFIED: this home has no journal key")
+    load_journal_key(home, create=True)
+    data = json.loads(_invoke(["--json", "replay", str(journal)], home).stdout)
+    assert data["verification"] == "unverified" and "another home" in data["verification_note"]
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "fifo", "dir"])
+def test_replay_refuses_what_is_not_a_regular_file_at_once(tmp_path: Path, home: Path, source: str) -> None:
+    """A device, a pipe with no writer or a folder is refused with one line and exit 2, never read forever."""
+    path = Path(source)
+    if source == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    elif source == "dir":
+        path = tmp_path
+    completed = subprocess.run(
+        [sys.executable, "-m", "executor.cli", "replay", str(path)],
+        env={**os.environ, "EXECUTOR_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 2
+    error = completed.stderr.strip()
+    assert len(error.splitlines()) == 1 and "Traceback" not in completed.stderr
+    assert ("not a regular file" in error) or ("Is a directory" in error)
+
+
+def test_replay_of_a_pipe_from_stdin_ends_with_exit_2(home: Path) -> None:
+    """`yes | executor replay /dev/stdin` ends at once with a one-line error."""
+    with subprocess.Popen(["yes"], stdout=subprocess.PIPE) as producer:
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-m", "executor.cli", "replay", "/dev/stdin"],
+                stdin=producer.stdout,
+                env={**os.environ, "EXECUTOR_HOME": str(home)},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            producer.kill()
+    assert completed.returncode == 2
+    assert "not a regular file" in completed.stderr and len(completed.stderr.strip().splitlines()) == 1
+
+
+def test_replay_refuses_a_journal_over_max_file_bytes(tmp_path: Path, home: Path) -> None:
+    """A journal larger than journal.max_file_bytes is refused naming the setting; raising it reads the file."""
+    journal = tmp_path / "big.ndjson"
+    _write_journal(journal)
+    with journal.open("ab") as raw:
+        raw.write(b"\n" * (2 * 1024 * 1024))
+    result = _invoke(["--json", "replay", str(journal)], home, env={"EXECUTOR_JOURNAL__MAX_FILE_BYTES": "1m"})
+    assert result.exit_code == 2
+    assert "over journal.max_file_bytes (1048576); raise the limit" in json.loads(result.stdout)["error"]
+    result = _invoke(["--json", "replay", str(journal)], home, env={"EXECUTOR_JOURNAL__MAX_FILE_BYTES": "4m"})
+    assert result.exit_code == 0 and json.loads(result.stdout)["records"] == 12
+
+
+def test_max_file_bytes_default_and_bounds() -> None:
+    """journal.max_file_bytes defaults to 1 GiB and refuses values below 1 MiB at load."""
+    assert JournalSettings().max_file_bytes == 1024**3
+    with pytest.raises(ConfigError, match=r"journal.max_file_bytes: .*greater than or equal"):
+        load_settings(overrides={"journal": {"max_file_bytes": 1000}})
