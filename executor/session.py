@@ -56,7 +56,7 @@ from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate, GateOutcome
 from executor.gate.judge import Judge, open_judge
 from executor.gate.policy import Policy, load_profile_policy
-from executor.journal import JournalWriter, load_journal_key
+from executor.journal import JournalWriter, interruption_journaler, load_journal_key
 from executor.journal.events import (
     ActionPrepared,
     ApprovalRequested,
@@ -1105,7 +1105,9 @@ async def open_executor(
             with trio.move_on_after(settings.docker.api_timeout_s):
                 with suppress(SandboxError):
                     await backend.gc()
-        store = ArtifactStore.open(settings.home, settings.artifacts)
+        store = ArtifactStore.open(
+            settings.home, settings.artifacts, on_interrupted=interruption_journaler(settings.home, settings.journal)
+        )
         try:
             if judge is not None:
                 yield Executor(settings, backend, store, judge, cache, approval_handler)

@@ -8,10 +8,19 @@ last newline's position, so the tail keeps its true line numbers). Memory never 
 At finish the ring is rotated into place as ``<stream>`` (a plain copy; never more than the cap), the sparse line
 index ``<stream>.idx`` is completed, and the index row is updated. :class:`StreamState` is what the index row
 keeps; :func:`layout_of` turns it into a :class:`~executor.artifacts.paging.Layout`.
+
+While a capture runs, its process holds an exclusive ``flock`` on ``<artifact folder>/owner`` (which also records
+its pid and the cap). The kernel drops that lock when the process ends, however it ends (``kill -9`` included), so
+"the owner is gone" is decidable without trusting pids: :func:`owner_gone` takes the lock without waiting.
+:func:`recover_stream` then rebuilds a stream's state from what is on disk, for an artifact finished as
+``interrupted``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import struct
 from collections.abc import Callable
@@ -23,10 +32,21 @@ from executor.artifacts.models import ArtifactRecord, StreamInfo
 from executor.artifacts.paging import CheckpointTracker, Layout, Segment
 from executor.errors import ArtifactError, StreamNotFound
 
-__all__ = ["Capture", "StreamState", "layout_of", "read_checkpoints", "stream_info"]
+__all__ = [
+    "Capture",
+    "StreamState",
+    "claim_owner",
+    "layout_of",
+    "owner_gone",
+    "read_checkpoints",
+    "recover_stream",
+    "release_owner",
+    "stream_info",
+]
 
 _CP = struct.Struct("<QQ")
 _COPY_CHUNK = 1024 * 1024
+_OWNER = "owner"
 
 
 class StreamState(BaseModel):
@@ -119,6 +139,96 @@ def read_checkpoints(path: Path) -> tuple[tuple[int, int], ...]:
         return ()
     usable = len(raw) - len(raw) % _CP.size
     return tuple(_CP.iter_unpack(raw[:usable]))
+
+
+def claim_owner(folder: Path, cap: int) -> int:
+    """Create ``folder/owner`` and hold its lock for the life of this process's capture; returns the descriptor."""
+    fd = os.open(folder / _OWNER, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, json.dumps({"pid": os.getpid(), "cap": cap}).encode("ascii"))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def owner_gone(folder: Path) -> tuple[int, dict[str, int]] | None:
+    """If the process that captured into ``folder`` is gone, hold its lock and return (descriptor, owner record).
+
+    None: a live process still holds the lock. A missing owner file (a capture begun before owner files existed)
+    counts as gone. The caller releases with :func:`release_owner`.
+    """
+    try:
+        fd = os.open(folder / _OWNER, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return -1, {}
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    try:
+        raw = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except ValueError:
+        raw = {}
+    record = {k: v for k, v in raw.items() if isinstance(v, int)} if isinstance(raw, dict) else {}
+    return fd, record
+
+
+def release_owner(folder: Path, fd: int) -> None:
+    """Remove ``folder/owner`` and drop its lock (the capture is finished, or recovered)."""
+    with contextlib.suppress(FileNotFoundError):
+        (folder / _OWNER).unlink()
+    if fd >= 0:
+        os.close(fd)
+
+
+def recover_stream(folder: Path, name: str, published: StreamState, cap: int) -> StreamState:
+    """The state of a stream whose capture ended without finishing, rebuilt from the bytes on disk.
+
+    A stream that never reached its cap is linear on disk and is recovered exactly (every byte written before the
+    end, lines counted from the file). One that reached its cap keeps its head exactly and its tail as of the last
+    published state (bytes written after that publish may show in the tail ring, mixed with older ones).
+    """
+    final = folder / name
+    part = folder / f"{name}.part"
+    if not part.exists() and final.exists():
+        return published.model_copy(update={"file": name, "growing": False})  # finished on disk, not in the index
+    if not part.exists():
+        return StreamState(file=name, growing=False)
+    size = part.stat().st_size
+    if published.wrapped:
+        return published.model_copy(update={"growing": False})
+    head_cap = cap - cap // 2
+    newlines = head_newlines = 0
+    head_ends_nl = last_nl = False
+    with part.open("rb") as stream:
+        offset = 0
+        while chunk := stream.read(_COPY_CHUNK):
+            newlines += chunk.count(b"\n")
+            if offset < head_cap:
+                head_part = chunk[: head_cap - offset]
+                head_newlines += head_part.count(b"\n")
+                head_ends_nl = head_part[-1:] == b"\n"
+            last_nl = chunk[-1:] == b"\n"
+            offset += len(chunk)
+    part.replace(final)
+    head_len = min(size, head_cap)
+    return StreamState(
+        file=name,
+        head_len=head_len,
+        ring_cap=cap // 2,
+        ring_len=size - head_len,
+        rotated=True,
+        total=size,
+        newlines=newlines,
+        head_newlines=head_newlines,
+        head_ends_nl=head_ends_nl,
+        last_nl=last_nl,
+        idx_valid_below=size,
+        growing=False,
+    )
 
 
 class _StreamWriter:
@@ -302,10 +412,13 @@ class Capture:
         streams: tuple[str, ...],
         cap: int,
         publish: Callable[[str, dict[str, StreamState], str | None], ArtifactRecord | None],
+        owner_fd: int = -1,
     ) -> None:
         self.artifact_id = artifact_id
         """The artifact this capture fills."""
         self._publish = publish
+        self._folder = folder
+        self._owner_fd = owner_fd
         self._writers: dict[str, _StreamWriter] = {}
         try:
             for name in streams:
@@ -356,6 +469,9 @@ class Capture:
         self._finished = record
         for name in self._writers:
             (self._writers[name].part).unlink(missing_ok=True)
+        if self._owner_fd >= 0:
+            release_owner(self._folder, self._owner_fd)
+            self._owner_fd = -1
         return self._finished
 
     @property

@@ -34,7 +34,17 @@ from typing import Any
 import trio
 
 from executor.artifacts import search as _search
-from executor.artifacts.capture import Capture, StreamState, layout_of, read_checkpoints, stream_info
+from executor.artifacts.capture import (
+    Capture,
+    StreamState,
+    claim_owner,
+    layout_of,
+    owner_gone,
+    read_checkpoints,
+    recover_stream,
+    release_owner,
+    stream_info,
+)
 from executor.artifacts.models import ArtifactRecord, ReadPage, SearchPage
 from executor.artifacts.paging import Layout, read_page
 from executor.config import ArtifactSettings
@@ -142,8 +152,20 @@ class ArtifactStore:
         self._live: dict[str, Capture] = {}
 
     @classmethod
-    def open(cls, home: Path, settings: ArtifactSettings, *, clock: Callable[[], float] = time.time) -> ArtifactStore:
+    def open(
+        cls,
+        home: Path,
+        settings: ArtifactSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_interrupted: Callable[[str, str, int, str], None] | None = None,
+    ) -> ArtifactStore:
         """Open (creating if needed) the index under ``home`` in the configured journal mode.
+
+        Artifacts left ``running`` by a process that has ended (killed mid-capture) are finalised here as
+        ``interrupted``, their bytes readable; ``on_interrupted(session_id, artifact_id, bytes_kept, reason)`` is
+        called for each (the pipeline journals it in that session's journal). An artifact a live process is still
+        writing is never touched.
 
         Raises:
             ArtifactError: the index cannot be opened or refuses the journal mode.
@@ -168,8 +190,77 @@ class ArtifactStore:
         except sqlite3.Error as exc:
             raise ArtifactError(f"{path}: cannot open the artifact index: {exc}") from exc
         store = cls(home, settings, conn, clock)
-        store._purge_tombstones()
+        try:
+            store._purge_tombstones()
+            store._recover_interrupted(on_interrupted)
+        except BaseException:
+            conn.close()
+            raise
         return store
+
+    def _recover_interrupted(self, on_interrupted: Callable[[str, str, int, str], None] | None) -> None:
+        rows = self._conn.execute("SELECT id, session FROM artifacts WHERE status = 'running'").fetchall()
+        for artifact_id, session_id in rows:
+            if artifact_id in self._live or _ARTIFACT_RE.fullmatch(artifact_id) is None:
+                continue
+            folder = self._folder(session_id, artifact_id)
+            try:
+                gone = owner_gone(folder)
+            except OSError:
+                continue
+            if gone is None:
+                continue  # a live process still captures into it
+            fd, owner = gone
+            try:
+                self._finalise_interrupted(artifact_id, session_id, folder, owner, on_interrupted)
+            except OSError as exc:
+                raise ArtifactError(
+                    f"artifact {artifact_id}: cannot recover its interrupted capture: {exc.strerror or exc}"
+                ) from exc
+            finally:
+                release_owner(folder, fd)
+
+    def _finalise_interrupted(
+        self,
+        artifact_id: str,
+        session_id: str,
+        folder: Path,
+        owner: dict[str, int],
+        on_interrupted: Callable[[str, str, int, str], None] | None,
+    ) -> None:
+        # Re-read under the owner lock: the owner may have finished it between the scan and the lock.
+        row = self._conn.execute("SELECT status FROM artifacts WHERE id = ?", (artifact_id,)).fetchone()
+        if row is None or row[0] != "running":
+            return
+        cap = owner.get("cap", self.settings.capture_max_bytes)
+        rows = self._conn.execute("SELECT name, state FROM streams WHERE artifact = ?", (artifact_id,)).fetchall()
+        states = {
+            name: recover_stream(folder, name, StreamState.model_validate_json(state), cap) for name, state in rows
+        }
+        kept = sum(s.head_len + s.ring_len for s in states.values())
+        pid = owner.get("pid")
+        who = f"process {pid}" if pid else "the process"
+        reason = (
+            f"{who} capturing artifact {artifact_id} ended before finishing it (killed?); the {kept} byte(s) it "
+            "wrote were kept and the artifact finished as interrupted"
+        )
+        with self._tx() as conn:
+            current = conn.execute("SELECT status, meta FROM artifacts WHERE id = ?", (artifact_id,)).fetchone()
+            if current is None or current[0] != "running":
+                return
+            meta = json.loads(current[1])
+            meta["interrupted"] = reason
+            for name, state in states.items():
+                conn.execute(
+                    "UPDATE streams SET state = ? WHERE artifact = ? AND name = ?",
+                    (state.model_dump_json(), artifact_id, name),
+                )
+            conn.execute(
+                "UPDATE artifacts SET status = 'interrupted', bytes_stored = ?, meta = ? WHERE id = ?",
+                (kept, json.dumps(meta), artifact_id),
+            )
+        if on_interrupted is not None:
+            on_interrupted(session_id, artifact_id, kept, reason)
 
     @property
     def synchronous(self) -> str:
@@ -282,15 +373,27 @@ class SessionArtifacts:
                     "INSERT INTO streams (artifact, position, name, state) VALUES (?,?,?,?)",
                     (artifact_id, position, name, state.model_dump_json()),
                 )
-        folder = store._folder(self.session_id, artifact_id)
-        folder.mkdir(parents=True, mode=0o700)
-        capture = Capture(
-            artifact_id=artifact_id,
-            folder=folder,
-            streams=streams,
-            cap=store.settings.capture_max_bytes,
-            publish=self._publish,
-        )
+            # The owner lock is taken before the row is committed, so no other process ever sees this artifact
+            # ``running`` without a live lock on it (and mistakes it for an interrupted one).
+            folder = store._folder(self.session_id, artifact_id)
+            folder.mkdir(parents=True, mode=0o700)
+            try:
+                owner_fd = claim_owner(folder, store.settings.capture_max_bytes)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+        try:
+            capture = Capture(
+                artifact_id=artifact_id,
+                folder=folder,
+                streams=streams,
+                cap=store.settings.capture_max_bytes,
+                publish=self._publish,
+                owner_fd=owner_fd,
+            )
+        except BaseException:
+            release_owner(folder, owner_fd)
+            raise
         store._live[artifact_id] = capture
         return capture
 

@@ -44,6 +44,7 @@ from executor.cli.exec_cmd import handle_error
 from executor.config import Settings
 from executor.errors import SessionNotFound
 from executor.focus.sanitize import sanitize
+from executor.journal import interruption_journaler
 from executor.sandbox.base import open_backend
 
 __all__ = ["app"]
@@ -83,7 +84,8 @@ def _run(
 
     async def main() -> tuple[str, str, dict[str, Any]]:
         session_id = await _session_id(settings, artifact_id, session)
-        with ArtifactStore.open(settings.home, settings.artifacts) as store:
+        journaler = interruption_journaler(settings.home, settings.journal)
+        with ArtifactStore.open(settings.home, settings.artifacts, on_interrupted=journaler) as store:
             rendered, page = await job(store.session(session_id))
         return session_id, rendered, page
 

@@ -13,6 +13,7 @@ from executor.journal.events import (
     ApprovalOutcome,
     ApprovalRequested,
     ApprovalResolved,
+    ArtifactInterrupted,
     DecisionEvent,
     EventBase,
     EventType,
@@ -42,7 +43,7 @@ from executor.journal.reader import (
     read_journal,
     read_journal_file,
 )
-from executor.journal.writer import JournalWriter
+from executor.journal.writer import JournalWriter, interruption_journaler
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -50,6 +51,7 @@ __all__ = [
     "ApprovalOutcome",
     "ApprovalRequested",
     "ApprovalResolved",
+    "ArtifactInterrupted",
     "DecisionEvent",
     "EventBase",
     "EventType",
@@ -76,6 +78,7 @@ __all__ = [
     "Verification",
     "decode_line",
     "event_adapter",
+    "interruption_journaler",
     "load_journal_key",
     "read_journal",
     "read_journal_file",

@@ -33,6 +33,7 @@ __all__ = [
     "ApprovalOutcome",
     "ApprovalRequested",
     "ApprovalResolved",
+    "ArtifactInterrupted",
     "DecisionEvent",
     "EventBase",
     "EventType",
@@ -329,6 +330,19 @@ class FocusDecision(EventBase):
     """Section ids presented (status ``select``)."""
 
 
+class ArtifactInterrupted(EventBase):
+    """An artifact whose capturing process ended before finishing it, finalised by the next process on the home."""
+
+    type: Literal["artifact_interrupted"] = "artifact_interrupted"
+    """Discriminator."""
+    artifact_id: _ID
+    """The artifact, now ``interrupted``; the bytes captured before the end are readable."""
+    bytes_kept: int = Field(ge=0)
+    """Bytes kept across its streams."""
+    reason: str = Field(max_length=1000)
+    """What happened (which process ended, what was recovered)."""
+
+
 JournalEvent = Annotated[
     SessionOpened
     | SessionClosed
@@ -340,7 +354,8 @@ JournalEvent = Annotated[
     | ApprovalResolved
     | ExecutionStarted
     | ExecutionFinished
-    | FocusDecision,
+    | FocusDecision
+    | ArtifactInterrupted,
     Field(discriminator="type"),
 ]
 """Any journal event, told apart by ``type``."""
@@ -357,6 +372,7 @@ EventType = Literal[
     "execution_started",
     "execution_finished",
     "focus_decision",
+    "artifact_interrupted",
 ]
 """The ``type`` values a journal line may carry."""
 

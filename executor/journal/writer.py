@@ -37,9 +37,10 @@ from pydantic import ValidationError
 
 from executor.config import JournalSettings
 from executor.errors import JournalCorrupt, JournalError
-from executor.journal.chain import GENESIS, JournalKey, head_path, split_chain
+from executor.journal.chain import GENESIS, JournalKey, head_path, load_journal_key, split_chain
 from executor.journal.events import (
     ApprovalResolved,
+    ArtifactInterrupted,
     EventBase,
     ExecutionFinished,
     ExecutionStarted,
@@ -48,7 +49,7 @@ from executor.journal.events import (
 )
 from executor.journal.reader import decode_line
 
-__all__ = ["JournalWriter"]
+__all__ = ["JournalWriter", "interruption_journaler"]
 
 _E = TypeVar("_E", bound=EventBase)
 _BOUNDARIES = (ExecutionStarted, ExecutionFinished, ApprovalResolved, SessionClosed)
@@ -318,3 +319,19 @@ class JournalWriter:
 
 def _type_of(event: EventBase) -> str:
     return str(getattr(event, "type", type(event).__name__))
+
+
+def interruption_journaler(home: Path, settings: JournalSettings) -> Callable[[str, str, int, str], None]:
+    """A callback for :meth:`ArtifactStore.open`: journal an interrupted artifact in its session's journal.
+
+    The callback takes (session id, artifact id, bytes kept, reason) and appends an ``artifact_interrupted`` event,
+    signed with the home's key, to ``<home>/sessions/<session id>/journal.ndjson``.
+    """
+
+    def record(session_id: str, artifact_id: str, bytes_kept: int, reason: str) -> None:
+        path = home / "sessions" / session_id / "journal.ndjson"
+        key = load_journal_key(home, create=True)
+        with JournalWriter(path, session_id=session_id, settings=settings, key=key) as journal:
+            journal.emit(ArtifactInterrupted(artifact_id=artifact_id, bytes_kept=bytes_kept, reason=reason[:1000]))
+
+    return record
