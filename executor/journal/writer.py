@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -54,8 +53,6 @@ __all__ = ["JournalWriter", "interruption_journaler"]
 _E = TypeVar("_E", bound=EventBase)
 _BOUNDARIES = (ExecutionStarted, ExecutionFinished, ApprovalResolved, SessionClosed)
 """Events that end a step worth keeping across a power cut (``fsync = "action"``)."""
-_SEQ_RE = re.compile(rb'\{"v":\s*\d+,\s*"seq":\s*(\d{1,18})')
-"""The envelope's first two keys as the writer serialises them; anchored so text inside an event never matches."""
 _SKIP_CHUNK = 64 * 1024
 _EVENT_CLASSES: frozenset[type] = frozenset(get_args(get_args(JournalEvent)[0]))
 
@@ -258,12 +255,17 @@ class JournalWriter:
 
     def _learn(self, raw: bytes) -> None:
         body, mark = split_chain(raw)
-        match = _SEQ_RE.match(body)
-        if match is None:
+        # The line is parsed, not pattern-matched: events do not all serialise ``seq`` at the same place (a
+        # judgment starts with its judgment_id), and a pattern that missed one handed out its seq a second time.
+        try:
+            seq = decode_line(body, max_depth=self._settings.max_depth).get("seq")
+        except JournalCorrupt:
+            return
+        if not isinstance(seq, int) or isinstance(seq, bool):
             return
         # Every line moves seq (so seq stays increasing for any reader), but only a line this key signed can be a
         # predecessor: a forged line is never chained to.
-        self._seq = max(self._seq, int(match.group(1)))
+        self._seq = max(self._seq, seq)
         if self._key is not None and mark is not None and self._key.verifies(body, mark):
             self._mac = mark.mac
 

@@ -17,7 +17,9 @@ from executor.journal.chain import load_journal_key
 from executor.journal.events import SessionOpened
 from executor.journal.reader import JournalRead, read_journal_file
 from executor.journal.writer import JournalWriter
-from tests.journal.helpers import SESSION, prepared
+from tests.journal.helpers import SESSION, judgment, prepared
+
+SETTINGS = JournalSettings.model_validate({"fsync": "never"})
 
 _WRITER = textwrap.dedent(
     """
@@ -27,7 +29,7 @@ _WRITER = textwrap.dedent(
     from executor.journal.chain import load_journal_key
     from executor.journal.events import SessionOpened
     from executor.journal.writer import JournalWriter
-    from tests.journal.helpers import prepared
+    from tests.journal.helpers import judgment, prepared
 
     home, name, rounds, go = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     deadline = time.monotonic() + 60
@@ -43,6 +45,8 @@ _WRITER = textwrap.dedent(
             journal.emit(SessionOpened())
             for index in range(20):
                 journal.emit(prepared(f"{name}-{round}-{index}", "ls"))
+                if index % 5 == 0:  # a judgment's JSON does not start with seq
+                    journal.emit(judgment(f"j-{name}-{round}-{index}", f"{name}-{round}-{index}", {"risk": 1}))
     """
 )
 
@@ -80,7 +84,7 @@ def test_twelve_processes_appending_at_once_leave_one_whole_verified_journal(tmp
         _, err = child.communicate(timeout=150)
         assert child.returncode == 0, err.decode()[-2000:]
     read = read_journal_file(tmp_path / "journal.ndjson", settings=JournalSettings(), key=key)
-    _assert_whole(read, 2000 + processes * rounds * 21)
+    _assert_whole(read, 2000 + processes * rounds * 25)
     names = {event.action_id for event in read.events if hasattr(event, "action_id")}
     assert len(names) == 2000 + processes * rounds * 20
 
@@ -135,3 +139,17 @@ def test_trio_tasks_sharing_one_writer_and_threads_with_their_own_keep_one_chain
     with JournalWriter(path, session_id=SESSION, settings=settings, key=key) as shared:
         trio.run(main, shared)
     _assert_whole(read_journal_file(path, settings=JournalSettings(), key=key), 800)
+
+
+def test_a_writer_learns_the_seq_of_every_event_kind_another_writer_appended(tmp_path: Path) -> None:
+    """A judgment (whose JSON does not start with seq) appended by one writer is counted by the other."""
+    key = load_journal_key(tmp_path, create=True)
+    path = tmp_path / "journal.ndjson"
+    with (
+        JournalWriter(path, session_id=SESSION, settings=SETTINGS, key=key) as one,
+        JournalWriter(path, session_id=SESSION, settings=SETTINGS, key=key) as two,
+    ):
+        for index in range(3):
+            one.emit(judgment(f"j{index}", f"a{index}", {"risk": 1}))
+            two.emit(prepared(f"b{index}", "ls"))
+    _assert_whole(read_journal_file(path, settings=JournalSettings(), key=key), 6)
