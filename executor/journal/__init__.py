@@ -1,7 +1,8 @@
 """The decision journal: ndjson events per session, an append-only writer and a bounded, pure reader.
 
-See :mod:`executor.journal.events` for the event models, :mod:`executor.journal.writer` for appending and
-:mod:`executor.journal.reader` for reading corrupt or hostile journals safely.
+See :mod:`executor.journal.events` for the event models, :mod:`executor.journal.writer` for appending (safely from
+many processes at once), :mod:`executor.journal.chain` for the per-home key and the MAC chain that make tampering
+evident, and :mod:`executor.journal.reader` for reading corrupt or hostile journals safely.
 """
 
 from __future__ import annotations
