@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import stat
 from pathlib import Path
@@ -192,3 +193,21 @@ def test_a_stream_without_the_head_is_verified_line_by_line(home: Path) -> None:
         read = read_journal(stream, settings=JournalSettings(), key=key)
     assert (read.verification, read.issues) == ("verified", ())
     assert head_path(path).exists()
+
+
+def test_a_stream_is_read_no_further_than_max_file_bytes() -> None:
+    """Past journal.max_file_bytes the reader stops and reports the rest as not read, whatever the stream holds."""
+    event = prepared("a1", "ls" + " " * 400)
+    lines = [
+        event.model_copy(update={"seq": n, "session_id": SESSION, "event_id": f"e{n}"}).model_dump_json().encode()
+        + b"\n"
+        for n in range(1, 5000)
+    ]
+    data = b"".join(lines)
+    assert len(data) > 2 * 1024 * 1024
+    settings = JournalSettings.model_validate({"max_file_bytes": "1m"})
+    read = read_journal(io.BytesIO(data), settings=settings)
+    assert read.issues[-1].code == "too_large"
+    assert "larger than journal.max_file_bytes (1048576)" in read.issues[-1].message
+    assert sum(len(raw) for raw in lines[: len(read.records)]) <= 1024 * 1024 < len(data)
+    assert [issue.code for issue in read.issues[:-1]] in ([], ["truncated"])
