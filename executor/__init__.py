@@ -15,8 +15,9 @@ the Docker SDK.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from executor._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from executor.config import Settings, load_settings
@@ -53,8 +54,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'executor' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_getattr(__name__, _HOMES)

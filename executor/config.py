@@ -480,6 +480,9 @@ class Settings(BaseSettings):
     """Profile used when a session names none."""
     profiles: dict[str, Profile] = Field(default_factory=lambda: {"default": Profile()})
     """Named profiles; ``default`` always exists (the hardened defaults unless overridden)."""
+    backend: str = Field("docker", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    """Sandbox backend, by its registered name (``docker``); an unknown name fails when a backend is opened, with
+    the known names."""
     docker: DockerSettings = DockerSettings()
     """Engine connection."""
     images: ImageSettings = ImageSettings()

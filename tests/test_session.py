@@ -268,7 +268,7 @@ async def test_artifacts_of_another_session_are_not_found(make_settings: Callabl
 async def test_opening_an_executor_reaps_leftovers_unless_told_not_to(make_settings: Callable[..., Settings]) -> None:
     """docker.gc_on_start (default on) removes our exited containers when an executor opens; off leaves them."""
     from executor.errors import ConfigError
-    from executor.sandbox.base import new_session_id
+    from executor.ids import new_session_id
 
     assert load_settings().docker.gc_on_start is True
     with pytest.raises(ConfigError, match=r"docker\.gc_on_start"):

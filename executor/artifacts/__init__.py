@@ -7,18 +7,23 @@ Entry points: :meth:`ArtifactStore.open`, :meth:`ArtifactStore.session`, then on
 
 from __future__ import annotations
 
-from executor.artifacts.capture import Capture
-from executor.artifacts.models import ArtifactRecord, ReadPage, SearchMatch, SearchPage, StreamInfo, UnscannableLine
-from executor.artifacts.store import ArtifactStore, SessionArtifacts, new_session_id, validate_session_id
-from executor.artifacts.view import (
-    NO_OUTPUT,
-    Presenter,
-    bounded_view,
-    present,
-    render_bounded_view,
-    render_read_page,
-    render_search_page,
-)
+from typing import TYPE_CHECKING
+
+from executor._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from executor.artifacts.capture import Capture
+    from executor.artifacts.models import ArtifactRecord, ReadPage, SearchMatch, SearchPage, StreamInfo, UnscannableLine
+    from executor.artifacts.store import ArtifactStore, SessionArtifacts
+    from executor.artifacts.view import (
+        NO_OUTPUT,
+        Presenter,
+        bounded_view,
+        present,
+        render_bounded_view,
+        render_read_page,
+        render_search_page,
+    )
 
 __all__ = [
     "NO_OUTPUT",
@@ -33,10 +38,29 @@ __all__ = [
     "StreamInfo",
     "UnscannableLine",
     "bounded_view",
-    "new_session_id",
     "present",
     "render_bounded_view",
     "render_read_page",
     "render_search_page",
-    "validate_session_id",
 ]
+
+_HOMES = {
+    "Capture": "executor.artifacts.capture",
+    "ArtifactRecord": "executor.artifacts.models",
+    "ReadPage": "executor.artifacts.models",
+    "SearchMatch": "executor.artifacts.models",
+    "SearchPage": "executor.artifacts.models",
+    "StreamInfo": "executor.artifacts.models",
+    "UnscannableLine": "executor.artifacts.models",
+    "ArtifactStore": "executor.artifacts.store",
+    "SessionArtifacts": "executor.artifacts.store",
+    "NO_OUTPUT": "executor.artifacts.view",
+    "Presenter": "executor.artifacts.view",
+    "bounded_view": "executor.artifacts.view",
+    "present": "executor.artifacts.view",
+    "render_bounded_view": "executor.artifacts.view",
+    "render_read_page": "executor.artifacts.view",
+    "render_search_page": "executor.artifacts.view",
+}
+
+__getattr__ = lazy_getattr(__name__, _HOMES)

@@ -55,11 +55,11 @@ from executor.errors import (
     OutputRangeError,
     StreamNotFound,
 )
-from executor.sandbox.base import new_session_id, validate_session_id
+from executor.ids import artifact_id as make_artifact_id
+from executor.ids import parse_artifact_id, validate_session_id
 
-__all__ = ["ArtifactStore", "SessionArtifacts", "new_session_id", "validate_session_id"]
+__all__ = ["ArtifactStore", "SessionArtifacts"]
 
-_ARTIFACT_RE = re.compile(r"(s-[0-9a-f]{12})\.a([1-9][0-9]{0,11})")
 _STREAM_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _KIND_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _MAX_READ_LINES = 100_000
@@ -361,7 +361,7 @@ class SessionArtifacts:
         with store._tx() as conn:
             row = conn.execute("SELECT next_seq FROM sessions WHERE id = ?", (self.session_id,)).fetchone()
             seq = int(row[0])
-            artifact_id = f"{self.session_id}.a{seq}"
+            artifact_id = make_artifact_id(self.session_id, seq)
             conn.execute("UPDATE sessions SET next_seq = ? WHERE id = ?", (seq + 1, self.session_id))
             conn.execute(
                 "INSERT INTO artifacts (id, session, seq, kind, status, meta, created_at) VALUES (?,?,?,?,?,?,?)",
@@ -447,10 +447,8 @@ class SessionArtifacts:
     # -- reading -------------------------------------------------------------------------------------------
 
     def _check_id(self, artifact_id: object) -> str:
-        if not isinstance(artifact_id, str):
-            raise _not_found(artifact_id)
-        match = _ARTIFACT_RE.fullmatch(artifact_id)
-        if match is None or match.group(1) != self.session_id:
+        parsed = parse_artifact_id(artifact_id)
+        if parsed is None or parsed[0] != self.session_id or not isinstance(artifact_id, str):
             raise _not_found(artifact_id)
         return artifact_id
 

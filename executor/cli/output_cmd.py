@@ -31,9 +31,8 @@ Failures: ``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import trio
 import typer
@@ -44,6 +43,7 @@ from executor.cli.exec_cmd import handle_error
 from executor.config import Settings
 from executor.errors import SessionNotFound
 from executor.focus.sanitize import sanitize
+from executor.ids import is_session_id, parse_artifact_id
 from executor.journal import interruption_journaler
 from executor.sandbox.base import open_backend
 
@@ -51,8 +51,6 @@ __all__ = ["app"]
 
 app = typer.Typer(help="Recover stored output: read a page, or search a stream.", no_args_is_help=True)
 
-_SESSION_OF: Final = re.compile(r"(s-[0-9a-f]{12})\.a[1-9][0-9]*")
-_SESSION_ID: Final = re.compile(r"s-[0-9a-f]{12}")
 
 T = TypeVar("T")
 
@@ -60,16 +58,16 @@ T = TypeVar("T")
 async def _session_id(settings: Settings, artifact_id: str, session: str | None) -> str:
     """The session to read: ``--session`` (an id, or a name resolved through the engine), else the id's own."""
     if session is not None:
-        if _SESSION_ID.fullmatch(session):
+        if is_session_id(session):
             return session
         async with open_backend(settings) as backend:
             return (await backend.find_session(session)).id
-    match = _SESSION_OF.fullmatch(artifact_id)
-    if match is None:
+    parsed = parse_artifact_id(artifact_id)
+    if parsed is None:
         raise SessionNotFound(
             f"{artifact_id[:80]!r} is not an artifact id; use one from a recovery notice, like 's-0123456789ab.a3'"
         )
-    return match.group(1)
+    return parsed[0]
 
 
 def _run(

@@ -2,34 +2,39 @@
 
 from __future__ import annotations
 
-from executor.focus.sanitize import (
-    SANITIZE_TABLE,
-    UNTRUSTED_MARKER,
-    SanitizeCounts,
-    SanitizedView,
-    build_sanitize_request,
-    flagged_lines,
-    instruction_lines,
-    sanitize,
-)
-from executor.focus.sections import (
-    SPLITTER_VERSION,
-    Manifest,
-    Section,
-    SectionKind,
-    split_sections,
-    stream_digest,
-    stream_lines,
-)
-from executor.focus.select import (
-    FOCUS_TABLE,
-    FocusDecision,
-    FocusStatus,
-    LinesGetter,
-    apply_focus,
-    build_focus_request,
-    present_focused,
-)
+from typing import TYPE_CHECKING
+
+from executor._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from executor.focus.sanitize import (
+        SANITIZE_TABLE,
+        UNTRUSTED_MARKER,
+        SanitizeCounts,
+        SanitizedView,
+        build_sanitize_request,
+        flagged_lines,
+        instruction_lines,
+        sanitize,
+    )
+    from executor.focus.sections import (
+        SPLITTER_VERSION,
+        Manifest,
+        Section,
+        SectionKind,
+        split_sections,
+        stream_digest,
+        stream_lines,
+    )
+    from executor.focus.select import (
+        FOCUS_TABLE,
+        FocusDecision,
+        FocusStatus,
+        LinesGetter,
+        apply_focus,
+        build_focus_request,
+        present_focused,
+    )
 
 __all__ = [
     "FOCUS_TABLE",
@@ -55,3 +60,30 @@ __all__ = [
     "stream_digest",
     "stream_lines",
 ]
+
+_HOMES = {
+    "SANITIZE_TABLE": "executor.focus.sanitize",
+    "UNTRUSTED_MARKER": "executor.focus.sanitize",
+    "SanitizeCounts": "executor.focus.sanitize",
+    "SanitizedView": "executor.focus.sanitize",
+    "build_sanitize_request": "executor.focus.sanitize",
+    "flagged_lines": "executor.focus.sanitize",
+    "instruction_lines": "executor.focus.sanitize",
+    "sanitize": "executor.focus.sanitize",
+    "SPLITTER_VERSION": "executor.focus.sections",
+    "Manifest": "executor.focus.sections",
+    "Section": "executor.focus.sections",
+    "SectionKind": "executor.focus.sections",
+    "split_sections": "executor.focus.sections",
+    "stream_digest": "executor.focus.sections",
+    "stream_lines": "executor.focus.sections",
+    "FOCUS_TABLE": "executor.focus.select",
+    "FocusDecision": "executor.focus.select",
+    "FocusStatus": "executor.focus.select",
+    "LinesGetter": "executor.focus.select",
+    "apply_focus": "executor.focus.select",
+    "build_focus_request": "executor.focus.select",
+    "present_focused": "executor.focus.select",
+}
+
+__getattr__ = lazy_getattr(__name__, _HOMES)

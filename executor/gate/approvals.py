@@ -27,6 +27,7 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from executor.errors import ActionDenied, ApprovalInvalidated, ApprovalRequired, ExecutorError
+from executor.ids import new_approval_id
 from executor.models import BashAction, WriteAction
 
 __all__ = [
@@ -71,7 +72,7 @@ class Approval:
     __slots__ = ("_used", "approval_id", "identity", "session_id")
 
     def __init__(self, identity: str, session_id: str) -> None:
-        self.approval_id = f"ap-{secrets.token_hex(8)}"
+        self.approval_id = new_approval_id()
         self.identity = identity
         self.session_id = session_id
         self._used = False

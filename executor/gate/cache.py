@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -29,9 +28,10 @@ import trio
 from executor.config import CacheSettings
 from executor.errors import JudgeError
 from executor.gate.judge.base import Judge, validate_answers
+from executor.ids import new_judgment_id
 from executor.models import Answer, JudgmentRecord, JudgmentRequest, QuestionTable, canonical_json
 
-__all__ = ["AnswerCache", "CacheEntry", "cache_key", "new_judgment_id", "run_judgment", "table_hash"]
+__all__ = ["AnswerCache", "CacheEntry", "cache_key", "run_judgment", "table_hash"]
 
 
 def table_hash(table: QuestionTable) -> str:
@@ -43,11 +43,6 @@ def cache_key(scope: str, request: JudgmentRequest) -> str:
     """The exact-answer key: provider scope, reflex and canonical material (not the table; see module doc)."""
     payload = {"scope": scope, "reflex": request.table.reflex, "material": request.material}
     return hashlib.sha256(canonical_json(payload)).hexdigest()
-
-
-def new_judgment_id() -> str:
-    """A fresh, unique judgment id."""
-    return f"j-{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,8 @@ from starlette.requests import Request
 from executor.config import Settings
 from executor.errors import ArtifactNotFound, ConfigError, ExecutorError, SessionNotFound, TaskNotFound
 from executor.gate.approvals import ApprovalRequest, printable
+from executor.ids import validate_session_name
 from executor.models import BashAction
-from executor.sandbox.base import validate_session_name
 from executor.session import TaskInfo, ToolResult, open_executor
 
 __all__ = [

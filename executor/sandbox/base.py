@@ -4,33 +4,36 @@ A backend opens a session (a hardened container whose PID 1 is the executor's ag
 that agent, reports status, lists, finds, stops and garbage-collects sessions. What flows over the stream (the
 agent protocol) is not the backend's business. A new backend (Kubernetes later) is a new folder under
 ``executor/sandbox/`` that passes :mod:`executor.testing.conformance`.
+
+Backends are chosen by name (``Settings.backend``) from a registry: public contract here, private backends loaded
+by name. A built-in backend is registered as ``"module:attribute"`` and imported only when it is opened, so this
+contract never imports ``docker``; another one is added with :func:`register_backend`.
 """
 
 from __future__ import annotations
 
-import re
-import secrets
+import importlib
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Final, Literal
+from typing import Literal, cast
 
 import trio
 from pydantic import BaseModel, ConfigDict
 
 from executor.config import Profile, Settings
-from executor.errors import SessionNotFound
+from executor.errors import ConfigError
 
 __all__ = [
     "Backend",
+    "BackendFactory",
     "ContainerState",
     "SessionInfo",
     "SessionStatus",
-    "new_session_id",
+    "backend_names",
     "open_backend",
-    "validate_session_id",
-    "validate_session_name",
+    "register_backend",
 ]
 
 SessionStatus = Literal["running", "exited", "missing"]
@@ -38,39 +41,6 @@ SessionStatus = Literal["running", "exited", "missing"]
 
 ContainerState = Literal["created", "running", "paused", "restarting", "removing", "exited", "dead"]
 """The engine's state of a session container."""
-
-_SESSION_ID_RE: Final = re.compile(r"^s-[0-9a-f]{12}$")
-_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-
-
-def new_session_id() -> str:
-    """A fresh session id: ``s-`` and 12 lowercase hex digits (48 random bits)."""
-    return "s-" + secrets.token_hex(6)
-
-
-def validate_session_id(session_id: str) -> str:
-    """Return ``session_id`` if it is well formed; derive no path or name from an id before this.
-
-    Raises:
-        SessionNotFound: malformed (the same error as an unknown id: no oracle).
-    """
-    if not isinstance(session_id, str) or not _SESSION_ID_RE.match(session_id):
-        raise SessionNotFound(f"no session {session_id!r}; `executor session ls` lists them")
-    return session_id
-
-
-def validate_session_name(name: str) -> str:
-    """Return ``name`` if it is a usable session name (letters, digits, ``_.-``, up to 63 characters).
-
-    Raises:
-        ValueError: the name is not usable; the message says what is allowed.
-    """
-    if not _NAME_RE.match(name) or _SESSION_ID_RE.match(name):
-        raise ValueError(
-            f"session name {name!r} must be 1-63 letters, digits, '_', '.' or '-', start with a letter or digit, "
-            "and not look like a session id"
-        )
-    return name
 
 
 class SessionInfo(BaseModel):
@@ -186,17 +156,53 @@ class Backend(ABC):
         """Release the backend's connections (sessions keep running)."""
 
 
-@asynccontextmanager
-async def open_backend(settings: Settings) -> AsyncIterator[Backend]:
-    """The configured backend (the Docker engine), closed on exit.
+BackendFactory = Callable[[Settings], Awaitable[Backend]]
+"""Connects a backend from the settings (for example ``DockerBackend.create``); its errors are the backend's."""
+
+_BACKENDS: dict[str, BackendFactory | str] = {"docker": "executor.sandbox.docker:DockerBackend.create"}
+"""Registered backends by name: a factory, or where to import one from (``module:attribute``, loaded lazily)."""
+
+
+def register_backend(name: str, factory: BackendFactory | str) -> None:
+    """Make ``factory`` (or the ``module:attribute`` it names, imported when first opened) the backend ``name``.
 
     Raises:
+        ValueError: ``name`` is already registered (a backend is never silently replaced).
+    """
+    if name in _BACKENDS:
+        raise ValueError(f"a backend named {name!r} is already registered")
+    _BACKENDS[name] = factory
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backend names, sorted."""
+    return tuple(sorted(_BACKENDS))
+
+
+def _factory(name: str) -> BackendFactory:
+    entry = _BACKENDS.get(name)
+    if entry is None:
+        raise ConfigError(f"no backend named {name!r}; known backends: {', '.join(backend_names())}")
+    if isinstance(entry, str):
+        module_name, _, attribute = entry.partition(":")
+        found: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+        if not callable(found):
+            raise ConfigError(f"backend {name!r} names {entry!r}, which is not a factory")
+        entry = _BACKENDS[name] = cast(BackendFactory, found)
+    return entry
+
+
+@asynccontextmanager
+async def open_backend(settings: Settings) -> AsyncIterator[Backend]:
+    """The backend ``settings.backend`` names (``docker`` by default), closed on exit.
+
+    Raises:
+        ConfigError: no backend has that name; the message lists the known ones.
         EngineUnavailable: no engine answers; the message says how to start one.
     """
-    # Imported here so that this contract never imports docker itself.
-    from executor.sandbox.docker import DockerBackend
-
-    backend = await DockerBackend.create(settings)
+    backend = await _factory(settings.backend)(settings)
     try:
         yield backend
     finally:

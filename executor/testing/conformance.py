@@ -23,7 +23,8 @@ import trio
 
 from executor.config import Profile
 from executor.errors import SandboxLost, SessionNotFound
-from executor.sandbox.base import Backend, SessionInfo, new_session_id
+from executor.ids import new_session_id
+from executor.sandbox.base import Backend, SessionInfo
 
 __all__ = ["BackendConformance"]
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from executor.artifacts import ArtifactStore, SessionArtifacts, new_session_id
+from executor.artifacts import ArtifactStore, SessionArtifacts
 from executor.config import ArtifactSettings, load_settings
+from executor.ids import new_session_id
 
 
 def artifact_settings(**overrides: Any) -> ArtifactSettings:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from executor.artifacts import ArtifactStore, new_session_id
+from executor.artifacts import ArtifactStore
 from executor.config import load_settings
 from executor.errors import ArtifactEvicted, ArtifactNotFound, ConfigError, SessionNotFound, StreamNotFound
+from executor.ids import new_session_id
 from tests.artifacts.conftest import artifact_settings, store_bytes
 
 

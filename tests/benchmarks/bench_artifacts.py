@@ -15,8 +15,9 @@ from typing import Any
 
 import trio
 
-from executor.artifacts import ArtifactStore, SessionArtifacts, new_session_id
+from executor.artifacts import ArtifactStore, SessionArtifacts
 from executor.config import load_settings
+from executor.ids import new_session_id
 
 __all__ = ["run"]
 

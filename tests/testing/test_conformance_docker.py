@@ -10,7 +10,8 @@ import trio
 
 import executor.testing
 from executor.config import Profile, load_settings
-from executor.sandbox.base import Backend, SessionInfo, new_session_id, open_backend
+from executor.ids import new_session_id
+from executor.sandbox.base import Backend, SessionInfo, open_backend
 from executor.sandbox.docker import DockerBackend
 from executor.testing import BackendConformance
 

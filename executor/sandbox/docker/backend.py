@@ -13,14 +13,12 @@ import trio
 
 from executor.config import Profile, Settings
 from executor.errors import AgentError, EngineError, SandboxLost, SessionNotFound
+from executor.ids import new_session_id, validate_session_id, validate_session_name
 from executor.sandbox.base import (
     Backend,
     ContainerState,
     SessionInfo,
     SessionStatus,
-    new_session_id,
-    validate_session_id,
-    validate_session_name,
 )
 from executor.sandbox.docker._agent import agent_binary
 from executor.sandbox.docker._bridge import open_exec_stream

@@ -11,7 +11,7 @@ import trio
 
 from executor.config import load_settings
 from executor.errors import EngineError
-from executor.sandbox.base import new_session_id
+from executor.ids import new_session_id
 from executor.sandbox.docker import DockerBackend
 from executor.sandbox.docker.hardening import container_name
 

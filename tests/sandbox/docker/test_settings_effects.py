@@ -13,8 +13,8 @@ import trio
 
 from executor.config import DockerSettings, Profile, load_settings
 from executor.errors import AgentError, ConfigError, EngineUnavailable, ImageError
+from executor.ids import new_session_id
 from executor.sandbox.agent.client import open_agent_client
-from executor.sandbox.base import new_session_id
 from executor.sandbox.docker import DockerEngine
 from executor.sandbox.docker._engine import _run
 from executor.sandbox.docker.hardening import AGENT_PATH, STATE_DIR, agent_command, container_kwargs
