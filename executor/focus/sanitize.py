@@ -45,6 +45,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from executor.errors import JudgeError
+from executor.injection import UNTRUSTED_MARKER, flagged_indexes
 from executor.models import Answer, JudgmentRequest, Question, QuestionTable
 
 __all__ = [
@@ -58,8 +59,6 @@ __all__ = [
     "sanitize",
 ]
 
-UNTRUSTED_MARKER = "[untrusted tool output] "
-"""Prefix of a line holding instruction-like text aimed at the agent."""
 
 SANITIZE_TABLE = QuestionTable(
     reflex="sanitize",
@@ -212,47 +211,20 @@ def _escape(text: str, counts: Counter[str]) -> str:
 
 # --- instruction-like text ------------------------------------------------------------------------------------
 
-_INSTRUCTION_PATTERNS = [
-    r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}?\b(previous|prior|above|earlier|preceding|all|your|"
-    r"the|any|system)\b.{0,20}?\b(instructions?|prompts?|directions|rules|guidelines|messages|context|policy)\b",
-    r"^\W{0,8}(system|assistant|developer)(\s+(prompt|message|note|override))?\s*:",
-    r"<\|?(im_start|im_end|system|endoftext)\|?>|\[/?inst\]|<</?sys>>|</?system>",
-    r"\byou are now\b|\bfrom now on,? you\b|\bnew (system )?instructions\b",
-    r"\bpre-?approved\b|\b(command|action|request)s? (is|are|has been|have been) (approved|authori[sz]ed)\b",
-    r"\b(answer|respond|reply|output|say)\s+(with\s+)?[\"']?allow\b",
-    r"\b(note|message|attention|instructions?|notice) (to|for) (the |any |all )?(ai|agent|assistant|llm|model)s?\b",
-    r"\b(ai|llm|language model) (agents?|assistants?|models?)\b.{0,30}?\b(must|should|need to|are required to)\b",
-]
-_INSTRUCTION = re.compile("|".join(f"(?:{pattern})" for pattern in _INSTRUCTION_PATTERNS))
-# Escape notation and the marker are dropped before matching, so "ig<U+200B>nore" reads "ignore".
-_NOTATION = re.compile(r"<U\+[0-9A-F]{4,6}>(?:\{×\d+\})?|\\x[0-9a-f]{2}(?:\{×\d+\})?|\\r(?:\{×\d+\})?")
-_SPACES = re.compile(r"\s+")
-
-
-def _skeleton(escaped: str) -> str:
-    """An escaped line as a reader would take it: notation and marker gone, spaces collapsed, casefolded."""
-    return _SPACES.sub(" ", _NOTATION.sub("", escaped.removeprefix(UNTRUSTED_MARKER))).casefold().strip()
-
 
 def _marks(escaped_lines: list[str]) -> set[int]:
-    # Matching runs on the escaped lines, which sanitizing again leaves as they are: the marks of a
-    # sanitized view are the marks of its source, so a second sanitize adds none.
-    skeletons = [_skeleton(line) for line in escaped_lines]
-    alone = [bool(_INSTRUCTION.search(skeleton)) for skeleton in skeletons]
-    marked = {index + 1 for index, hit in enumerate(alone) if hit}
-    for index in range(1, len(skeletons)):
-        # Only a phrase that straddles the break counts: neither line may match on its own.
-        if alone[index - 1] or alone[index] or not (skeletons[index - 1] and skeletons[index]):
-            continue
-        if _INSTRUCTION.search(f"{skeletons[index - 1]} {skeletons[index]}"):
-            marked.update((index, index + 1))
-    return marked
+    # Matching runs on the escaped lines, which sanitizing again leaves as they are (the detector drops the
+    # notation and the marker): the marks of a sanitized view are the marks of its source, so a second sanitize
+    # adds none.
+    return {index + 1 for index in flagged_indexes(escaped_lines)}
 
 
 def instruction_lines(text: str) -> tuple[int, ...]:
     """The 1-based numbers of lines holding instruction-like text aimed at the agent (the built-in floor).
 
-    A phrase split over two adjacent lines marks both. Invisible characters and escape sequences
+    The patterns are :mod:`executor.injection`'s, the same the embedded ``rules`` judge answers with, so when no
+    judge answers (fail-closed) the floor flags what the judge would. A phrase split over two consecutive non-blank
+    lines marks both. Invisible characters and escape sequences
     inserted into a phrase do not hide it.
     """
     scratch: Counter[str] = Counter()

@@ -1,8 +1,9 @@
-"""Test helpers shipped with the executor: fakes for pure logic and the backend conformance suite.
+"""Test helpers shipped with the executor: fakes for pure logic, the backend conformance suite, the injection corpus.
 
 Nothing in ``executor`` imports this package.
 """
 
 from executor.testing.conformance import BackendConformance
+from executor.testing.injection import INJECTION_CORPUS, InjectionCase
 
-__all__ = ["BackendConformance"]
+__all__ = ["INJECTION_CORPUS", "BackendConformance", "InjectionCase"]

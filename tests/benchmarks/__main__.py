@@ -1,8 +1,9 @@
 """``just bench``: the executor's numbers side by side with the raw Docker floor, measured in the same run.
 
-``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,throughput,concurrency,kill,artifacts]``
+``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,...,artifacts,pure]``
 prints one table (name | executor | raw | ratio | target | met) and writes every row as JSON to
-``.bench/<date>.json`` (gitignored). See ``bench_exec`` and ``bench_artifacts`` for what each row measures.
+``.bench/<date>.json`` (gitignored). See ``bench_exec``, ``bench_artifacts`` and ``bench_pure`` for what each row
+measures.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 
 from tests.benchmarks.bench_exec import ExecBenchConfig
 from tests.benchmarks.bench_exec import run as run_exec
+from tests.benchmarks.bench_pure import run as run_pure
 
 _REPO = Path(__file__).resolve().parents[2]
-_SECTIONS = ("roundtrip", "throughput", "concurrency", "kill", "artifacts")
+_SECTIONS = ("roundtrip", "throughput", "concurrency", "kill", "artifacts", "pure")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         conc_pipeline=args.conc_pipeline,
         conc_raw=args.conc_raw,
         kill_iters=args.kill_iters,
-        sections=sections - {"artifacts"},
+        sections=sections - {"artifacts", "pure"},
         seed=args.seed,
     )
     started = datetime.now(UTC)
@@ -154,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     if "artifacts" in sections:
         print("==> artifacts (bench_artifacts.run in a fresh interpreter)", file=sys.stderr)
         rows += _artifact_rows()
+    if "pure" in sections:
+        print("==> pure logic on hostile input (bench_pure.run)", file=sys.stderr)
+        rows += run_pure()
     elapsed = time.perf_counter() - began
     print(_table(rows))
     missed = [row for row in rows if row["met"] is False]

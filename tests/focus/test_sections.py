@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from pydantic import ValidationError
 
@@ -209,11 +207,9 @@ def test_max_sections_setting_default_effect_and_rejection() -> None:
 
 
 def test_fast_on_256k_and_bounded_on_huge_lines() -> None:
-    """256 KB splits well under a second; a 16 MB single line gives one section with a short excerpt."""
+    """256 KB splits whole; a 16 MB single line gives one section with a short excerpt (time: ``just bench``)."""
     text = (PYTEST_RUN + TRACEBACK_RUN) * (256 * 1024 // len(PYTEST_RUN + TRACEBACK_RUN))
-    started = time.perf_counter()
     manifest = split_sections(text, max_sections=2000)
-    assert time.perf_counter() - started < 1.5
     assert manifest.line_count == len(stream_lines(text))
     huge = split_sections("E" * (16 * 1024 * 1024), max_sections=2000)
     [only] = huge.sections
@@ -236,8 +232,7 @@ def test_excerpt_hides_control_characters() -> None:
 
 
 def test_adversarial_lines_stay_linear() -> None:
-    """Long digit, underscore and punctuation runs split in well under a second."""
+    """Long digit, underscore and punctuation runs split, every line counted (time: ``just bench``)."""
     text = "".join(f"{c * 1000}\n" for c in "1_=-.E ") * 40
-    started = time.perf_counter()
-    split_sections(text, max_sections=2000)
-    assert time.perf_counter() - started < 1.5
+    manifest = split_sections(text, max_sections=2000)
+    assert manifest.line_count == 7 * 40

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -177,8 +176,6 @@ def test_default_policy_paths(default_policy: Policy, path: str, decision: str |
     ],
 )
 def test_hostile_large_commands_evaluate_quickly(default_policy: Policy, command: str) -> None:
-    """A 250 KB hostile command cannot make static policy slow (and is never allowed)."""
-    started = time.perf_counter()
+    """A 250 KB hostile command is evaluated (and never allowed); its time is measured by ``just bench``."""
     verdict = default_policy.evaluate(bash(command))
-    assert time.perf_counter() - started < 3.0
     assert verdict.decision != "allow" or command.startswith("echo")

@@ -8,6 +8,7 @@ from executor.errors import JudgeError
 from executor.focus.sanitize import SANITIZE_TABLE, UNTRUSTED_MARKER, build_sanitize_request, flagged_lines, sanitize
 from executor.gate.judge.rules_sanitize import answer
 from executor.models import JudgmentRequest, QuestionTable
+from executor.testing.injection import INJECTION_CORPUS, InjectionCase
 
 VIEW = (
     "Collecting requests\n"
@@ -28,12 +29,19 @@ def test_flags_lines_addressing_the_agent() -> None:
 
 
 def test_judged_lines_are_marked_in_the_view() -> None:
-    """The judge's ids, validated, mark exactly those lines in the sanitized view, beyond the built-in floor."""
+    """The judge's ids, validated, mark exactly those lines in the sanitized view, the same the floor marks."""
     numbers = flagged_lines(answer(build_sanitize_request(VIEW, "s1")), view_text=VIEW)
     view = sanitize(VIEW, redact_credentials=True, flagged_lines=numbers)
     marked = [line.startswith(UNTRUSTED_MARKER) for line in view.text.split("\n")]
     assert marked == [False, False, True, False, True, True, True, False]
-    assert sanitize(VIEW, redact_credentials=True).marked_lines == (5,)  # the floor alone is narrower
+    assert sanitize(VIEW, redact_credentials=True).marked_lines == numbers  # the fail-closed floor agrees
+
+
+@pytest.mark.parametrize("injection_case", INJECTION_CORPUS, ids=lambda case: case.name)
+def test_the_judge_flags_each_corpus_case(injection_case: InjectionCase) -> None:
+    """On every view of the shared corpus the rules judge flags exactly the expected lines."""
+    request = build_sanitize_request(injection_case.text, "s1")
+    assert flagged_lines(answer(request), view_text=injection_case.text) == injection_case.flagged
 
 
 def test_benign_output_flags_nothing() -> None:

@@ -65,12 +65,10 @@ async def test_plain_causes_in_a_container(session: Session) -> None:
 
 
 async def test_term_ignoring_group_dies_at_the_deadline(session: Session) -> None:
-    """A TERM-ignoring child is killed with the group: timeout plus grace plus a small allowance."""
-    started = trio.current_time()
-    result = await session.bash("trap '' TERM; (trap '' TERM; sleep 301) & sleep 301", timeout_ms=500)
-    elapsed = trio.current_time() - started
+    """A TERM-ignoring child is killed with the group at the deadline (not left to run its 301 s)."""
+    with trio.fail_after(60):
+        result = await session.bash("trap '' TERM; (trap '' TERM; sleep 301) & sleep 301", timeout_ms=500)
     assert result.outcome == "timeout"
-    assert elapsed < 0.5 + 0.3 + 3.0
     assert "alive=0" in (await session.bash(_alive("301"))).text
 
 

@@ -118,15 +118,15 @@ async def test_retry_attempts_bound_idempotent_calls_only() -> None:
     assert calls == 1
 
 
-async def test_connect_timeout_bounds_the_agent_handshake() -> None:
-    """A peer that never answers the handshake fails after agent.connect_timeout_s, with a clear error."""
+async def test_connect_timeout_bounds_the_agent_handshake(autojump_clock: trio.testing.MockClock) -> None:
+    """A peer that never answers the handshake fails after agent.connect_timeout_s (on trio's clock), clearly."""
     settings = load_settings(overrides={"agent": {"connect_timeout_s": 0.2}})
     left, _right = trio.testing.memory_stream_pair()
-    started = time.monotonic()
+    started = trio.current_time()
     with pytest.raises(AgentError, match=r"did not answer the handshake within 0\.2s"):
         async with open_agent_client(left, handshake_timeout_s=settings.agent.connect_timeout_s):
             pass
-    assert time.monotonic() - started < 2
+    assert trio.current_time() - started == pytest.approx(0.2)
 
 
 @pytest.mark.docker
@@ -145,9 +145,10 @@ async def test_stop_timeout_is_the_grace_a_stopping_container_gets(backend_facto
     try:
         async with backend_factory(docker={"stop_timeout_s": 2}) as backend:
             started = time.monotonic()
-            await backend.stop_session(session_id)
+            with trio.fail_after(60):
+                await backend.stop_session(session_id)
             elapsed = time.monotonic() - started
-        assert 1.8 <= elapsed < 10
+        assert elapsed >= 1.8  # the grace was given (a lower bound: load can only lengthen it)
     finally:
         with trio.CancelScope(shield=True):
             await trio.run_process(["docker", "rm", "-f", name], capture_stdout=True, capture_stderr=True, check=False)
@@ -164,9 +165,7 @@ async def test_build_timeout_bounds_an_image_build(base_image: str, tmp_path: Pa
     settings = load_settings(overrides={"images": {"images_dir": str(tmp_path / "images"), "build_timeout_s": 1}})
     engine = await DockerEngine.connect(settings.docker)
     try:
-        started = time.monotonic()
-        with pytest.raises(ImageError, match=r"images\.build_timeout_s"):
+        with trio.fail_after(120), pytest.raises(ImageError, match=r"images\.build_timeout_s"):
             await build_image(engine, settings.images, "slow")
-        assert time.monotonic() - started < 20
     finally:
         await engine.aclose()

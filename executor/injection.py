@@ -1,0 +1,77 @@
+"""The one prompt-injection detector: which lines of tool output address the agent with instructions. Pure.
+
+Two users share it, so they cannot drift: the sanitizer's built-in floor (:func:`executor.focus.sanitize.
+instruction_lines`, which marks lines even when no judge answers: the fail-closed fallback) and the embedded
+``rules`` judge's sanitize answers (:mod:`executor.gate.judge.rules_sanitize`). On the same view both flag the same
+lines; a test runs both over one corpus.
+
+Lines are matched as a reader would take them (:func:`reads_as`): escape notation the sanitizer wrote
+(``<U+200B>``, ``\\x1b``, ``\\r``, ``{×N}``) and the untrusted marker are dropped, whitespace is collapsed and case
+folded, so ``ig<U+200B>nore`` still reads ``ignore``. A phrase split over two consecutive non-blank lines flags both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from typing import Final
+
+__all__ = ["INSTRUCTION_PATTERNS", "UNTRUSTED_MARKER", "flagged_indexes", "reads_as"]
+
+UNTRUSTED_MARKER: Final = "[untrusted tool output] "
+"""Prefix the sanitizer puts on a flagged line; it is not part of what the line says."""
+
+INSTRUCTION_PATTERNS: Final[tuple[str, ...]] = (
+    # Attempts to replace the agent's instructions.
+    r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}?\b(previous|prior|above|earlier|preceding|all|your|"
+    r"the|any|system|safety)\b.{0,20}?\b(instructions?|prompts?|directions|rules|guidelines|messages|context|"
+    r"policy|policies|restrictions)\b",
+    # Role claims and chat-template tokens.
+    r"^\W{0,8}(system|assistant|developer|human)(\s+(prompt|message|note|override))?\s*:",
+    r"<\|?(im_start|im_end|system|endoftext|assistant|user)\|?>|\[/?inst\]|<</?sys>>|</?(system|instructions?)>",
+    r"\byou are now\b|\bfrom now on,? you\b|\bnew (system )?instructions\b|\byour new (task|goal|role)\b",
+    # Claims of approval aimed at the gate.
+    r"\bpre-?approved\b|\b(command|action|request)s? (is|are|has been|have been) (approved|authori[sz]ed|safe)\b",
+    r"\b(answer|respond|reply|output|say)\s+(with\s+)?[\"']?allow\b|\bauto-?approve",
+    # Direct address.
+    r"\b(note|message|attention|instructions?|notice) (to|for) (the |any |all )?(ai|agent|assistant|llm|model)s?\b",
+    r"\b(ai|llm|language model) (agents?|assistants?|models?)\b.{0,30}?\b(must|should|need to|are required to)\b",
+    r"\b(dear|hey|hello) (ai|agent|assistant|claude|chatgpt|gpt|copilot)\b",
+    # Requests to act.
+    r"\b(now|please|you must|you should|immediately) (run|execute|write|append|send|upload|delete|curl)\b",
+    r"\b(curl|wget)\b[^|]{0,200}\|\s*(sudo\s+)?(ba|z)?sh\b",
+    r"\b(write|append|add)\b.{0,40}?(authorized_keys|\.bashrc|\.ssh/|/etc/sudoers|crontab)",
+    r"\b(do not|don't|never) (tell|inform|mention|show|report)\b.{0,30}?\b(user|human|operator)\b",
+)
+"""Instruction-like phrases, matched on :func:`reads_as` of a line (lowercase). Bounded repeats only (no
+backtracking blow-up on hostile text)."""
+
+_INSTRUCTION: Final = re.compile("|".join(f"(?:{pattern})" for pattern in INSTRUCTION_PATTERNS))
+_NOTATION: Final = re.compile(
+    r"<U\+[0-9A-F]{4,6}>(?:\{×\d+\})?|\\x[0-9a-f]{2}(?:\{×\d+\})?|\\r(?:\{×\d+\})?|" + re.escape(UNTRUSTED_MARKER)
+)
+_SPACES: Final = re.compile(r"\s+")
+
+
+def reads_as(escaped: str) -> str:
+    """An escaped line as a reader would take it: notation and marker gone, spaces collapsed, casefolded."""
+    return _SPACES.sub(" ", _NOTATION.sub("", escaped)).casefold().strip()
+
+
+def flagged_indexes(escaped_lines: Sequence[str]) -> set[int]:
+    """The 0-based indexes of the lines (escaped as the sanitizer shows them) that address the agent.
+
+    A line is flagged when it matches alone, or when it and the next non-blank line match only together (a
+    phrase split over the break; blank lines in between are skipped, so they do not hide it).
+    """
+    read = [(index, reads_as(line)) for index, line in enumerate(escaped_lines)]
+    read = [(index, text) for index, text in read if text]
+    alone = {index for index, text in read if _INSTRUCTION.search(text)}
+    flagged = set(alone)
+    for (first, first_text), (second, second_text) in itertools.pairwise(read):
+        if first in alone or second in alone:
+            continue
+        if _INSTRUCTION.search(f"{first_text} {second_text}"):
+            flagged.update((first, second))
+    return flagged
