@@ -50,6 +50,9 @@
 #define DRAIN_FINAL_MAX (1u << 20) /* bytes read from a pipe at the drain deadline before it is cut */
 #define STOP_WAITERS 8
 #define TAG_VAR "EXECUTOR_RUN_TAG"
+/* Exit codes of `init` besides 0 (swept and done), 1 (start-up or fatal failure) and 2 (usage); see PROTOCOL.md. */
+#define EXIT_CAPS 3 /* the capabilities could not be dropped to KILL SETUID SETGID */
+#define EXIT_FSID 4 /* the filesystem ids could not be restored after reading a process's environ */
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* ---------------------------------------------------------------- utilities */
@@ -325,17 +328,35 @@ static void read_cmdline(pid_t pid, char *out, size_t outlen)
 /* Whether /proc/PID/environ holds the exact entry NUL "EXECUTOR_RUN_TAG=tag" NUL.
  * The file is mode 0400 owned by the process and guarded by a ptrace check: the agent keeps neither
  * DAC_OVERRIDE nor SYS_PTRACE, so it opens it with its filesystem ids switched to the process's own. */
+/* setfsuid/setfsgid return the previous id whether or not they succeeded: a second call with the same id returns
+ * the id now in force, which is how a switch is verified. */
+static int set_fsids(uid_t uid, gid_t gid)
+{
+    setfsgid(gid);
+    setfsuid(uid);
+    return (uid_t)setfsuid(uid) == uid && (gid_t)setfsgid(gid) == gid ? 0 : -1;
+}
+
+static void shutdown_all(void);
+
 static int environ_has(const struct pstat *ps, const char *needle, size_t nlen)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/environ", (int)ps->pid);
     uid_t my_uid = geteuid();
     gid_t my_gid = getegid();
-    setfsgid(ps->gid);
-    setfsuid(ps->uid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    setfsuid(my_uid);
-    setfsgid(my_gid);
+    int fd = -1;
+    if (set_fsids(ps->uid, ps->gid) == 0)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (set_fsids(my_uid, my_gid) != 0) {
+        /* Every file the agent touches from here on would be checked against a command's ids: stop (the session
+         * ends with its processes) rather than run with an identity that is not ours. */
+        logmsg("executor-agent: cannot restore the filesystem ids to %d:%d: exiting\n", (int)my_uid, (int)my_gid);
+        if (fd >= 0)
+            close(fd);
+        shutdown_all();
+        _exit(EXIT_FSID);
+    }
     if (fd < 0)
         return 0;
     static uint8_t chunk[65536 + 128];
@@ -1859,22 +1880,38 @@ static int open_listener(void)
 
 /* Keep only KILL (signal the session user's processes), SETUID and SETGID (drop to the session user; switch
  * filesystem ids to read a process's environ). CHOWN and DAC_OVERRIDE were needed only for the start. */
-static void drop_caps(void)
+static int drop_caps(void)
 {
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
     memset(d, 0, sizeof d);
     if (syscall(SYS_capget, &h, d) != 0) {
         logmsg("executor-agent: capget: %s\n", strerror(errno));
-        return;
+        return -1;
     }
     uint32_t keep = (1u << CAP_KILL) | (1u << CAP_SETUID) | (1u << CAP_SETGID);
     d[0].effective &= keep;
     d[0].permitted &= keep;
     d[0].inheritable = 0;
     d[1].effective = d[1].permitted = d[1].inheritable = 0;
-    if (syscall(SYS_capset, &h, d) != 0)
+    if (syscall(SYS_capset, &h, d) != 0) {
         logmsg("executor-agent: capset: %s\n", strerror(errno));
+        return -1;
+    }
+    /* Read the sets back: only what capget reports now is what the agent holds. */
+    struct __user_cap_header_struct hv = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct v[2];
+    memset(v, 0, sizeof v);
+    if (syscall(SYS_capget, &hv, v) != 0) {
+        logmsg("executor-agent: capget: %s\n", strerror(errno));
+        return -1;
+    }
+    if ((v[0].effective | v[0].permitted | v[0].inheritable) & ~keep || v[1].effective || v[1].permitted ||
+        v[1].inheritable) {
+        logmsg("executor-agent: capabilities beyond KILL SETUID SETGID remain after capset\n");
+        return -1;
+    }
+    return 0;
 }
 
 static void shutdown_all(void)
@@ -1922,7 +1959,14 @@ static int init_main(int argc, char **argv, char **envp)
     g_listen_fd = open_listener();
     if (g_listen_fd < 0)
         return 1;
-    drop_caps();
+    if (drop_caps() != 0) {
+        /* Fail closed: an agent that keeps CHOWN or DAC_OVERRIDE serves no session. The socket goes first, so
+         * the host sees no agent, then the process exits with a code the host reports (PROTOCOL.md). */
+        logmsg("executor-agent: cannot drop capabilities to KILL SETUID SETGID: refusing to serve\n");
+        unlink(opt.listen);
+        close(g_listen_fd);
+        return EXIT_CAPS;
+    }
     logmsg("executor-agent %s: listening on %s (pid %d, protocol %d)\n", AGENT_VERSION, opt.listen, (int)g_self,
            PROTO_VERSION);
 
@@ -2017,19 +2061,22 @@ static int init_main(int argc, char **argv, char **envp)
         for (struct run *r = g_runs; r != NULL; r = r->next)
             need += 3;
         if (need > pcap) {
+            /* Without room for every descriptor the loop cannot serve its runs, and retrying at once would spin:
+             * out of memory here is fatal (the session's processes are swept, then the agent exits). */
             size_t nc = need * 2;
             struct pollfd *np = realloc(pfd, nc * sizeof *np);
-            if (np == NULL) {
-                logmsg("executor-agent: out of memory\n");
-                continue;
+            if (np != NULL)
+                pfd = np;
+            struct pollref *nr = np == NULL ? NULL : realloc(ref, nc * sizeof *nr);
+            if (nr != NULL)
+                ref = nr;
+            if (np == NULL || nr == NULL) {
+                logmsg("executor-agent: out of memory for %zu poll entries: sweeping and exiting\n", need);
+                shutdown_all();
+                free(pfd);
+                free(ref);
+                return 1;
             }
-            pfd = np;
-            struct pollref *nr = realloc(ref, nc * sizeof *nr);
-            if (nr == NULL) {
-                logmsg("executor-agent: out of memory\n");
-                continue;
-            }
-            ref = nr;
             pcap = nc;
         }
         size_t n = 0;

@@ -89,6 +89,25 @@ def _ours(labels: dict[str, str] | None) -> bool:
     return True
 
 
+_AGENT_EXITS: dict[int, str] = {
+    3: "it could not drop its capabilities to KILL SETUID SETGID (capset refused: a runtime or seccomp profile that "
+    "forbids it); the agent fails closed and no session is opened",
+    4: "it could not restore its own filesystem ids (setfsuid refused); the agent fails closed",
+}
+"""The agent's own exit codes (PROTOCOL.md, "Exit codes") and what they mean for the session."""
+
+
+def _startup_failure(session_id: str, code: object) -> str:
+    """The message for an agent that exited before it accepted a connection."""
+    reason = _AGENT_EXITS.get(code) if isinstance(code, int) else None
+    if reason is not None:
+        return f"the agent of {session_id} stopped during startup (exit code {code}): {reason}"
+    return (
+        f"the agent of {session_id} exited during startup (exit code {code}); "
+        "check that the image runs the agent (a Linux image of the host's architecture)"
+    )
+
+
 class DockerBackend(Backend):
     """Sessions as hardened containers on a Docker engine (see :mod:`executor.sandbox.docker.hardening`).
 
@@ -197,10 +216,7 @@ class DockerBackend(Backend):
                     state = await self._state(session_id)
                     if state is None or state.get("Status") != "running":
                         code = None if state is None else state.get("ExitCode")
-                        raise AgentError(
-                            f"the agent of {session_id} exited during startup (exit code {code}); "
-                            "check that the image runs the agent (a Linux image of the host's architecture)"
-                        )
+                        raise AgentError(_startup_failure(session_id, code))
                     next_check = trio.current_time() + 0.25
                 await trio.sleep(delay)
                 delay = min(delay * 2, 0.05)

@@ -31,7 +31,15 @@ from executor.sandbox.agent.protocol import (
     encode_fields,
     encode_frame,
 )
-from tests.sandbox.agent.conftest import Capture, LiveAgent, children_of, pid_alive, start_agent, stop_agent
+from executor.testing.agent import (
+    Capture,
+    LiveAgent,
+    children_of,
+    pid_alive,
+    seccomp_deny,
+    start_agent,
+    stop_agent,
+)
 
 _MAX = 1 << 20
 
@@ -131,7 +139,7 @@ async def test_read_sees_eof_at_once(client: AgentClient, live_agent: LiveAgent)
     """Without caller stdin, `read x` gets EOF at once (stdin is /dev/null)."""
     sink, result = await run(client, live_agent, 'read x; echo "rc=$?"')
     assert sink.out == b"rc=1\n"
-    assert result.duration_ms < 1000
+    assert result.cause == "exited"  # not held until the 5 s deadline
 
 
 async def test_stdin_bytes_streamed_then_closed(client: AgentClient, live_agent: LiveAgent) -> None:
@@ -186,7 +194,7 @@ async def test_timeout_kills_term_ignoring_group(client: AgentClient, live_agent
     """A group that ignores SIGTERM is SIGKILLed after the grace period and reported as a timeout."""
     sink, result = await run(client, live_agent, "trap '' TERM; sleep 30 & echo $!; wait", timeout_ms=300, grace_ms=300)
     assert result.cause == "timeout"
-    assert 550 <= result.duration_ms < 2500
+    assert result.duration_ms >= 550  # the grace was given; that the sleep was not waited for is wait_dead's
     assert await wait_dead(int(sink.out))
 
 
@@ -195,7 +203,7 @@ async def test_kill_escalates_when_the_shell_exits(client: AgentClient, live_age
     command = "(trap '' TERM; exec sleep 30) & echo $!; trap 'exit 0' TERM; wait"
     sink, result = await run(client, live_agent, command, timeout_ms=300, grace_ms=10_000)
     assert result.cause == "timeout"
-    assert result.duration_ms < 3000
+    assert result.duration_ms < 10_000  # before the grace ran out
     assert await wait_dead(int(sink.out))
 
 
@@ -204,7 +212,7 @@ async def test_background_job_with_redirected_stdio(client: AgentClient, live_ag
     sink, result = await run(client, live_agent, "sleep 30 >/dev/null 2>&1 & echo $!")
     pid = int(sink.out)
     assert result.cause == "exited" and not result.drain_cut
-    assert result.duration_ms < 1000
+    assert result.duration_ms < 30_000  # the call did not wait for the job
     assert pid in [p.pid for p in result.orphans_killed]
     assert any(p.cmd == "sleep 30" for p in result.orphans_left)
     assert await wait_dead(pid)
@@ -224,7 +232,7 @@ async def test_process_substitution_holding_stdout(client: AgentClient, live_age
     sink, result = await run(client, live_agent, "echo hi > >(echo $BASHPID; exec sleep 30)", drain_ms=300)
     pid = int(sink.out.split()[0])
     assert result.drain_cut
-    assert result.duration_ms < 2000
+    assert result.duration_ms < 30_000  # the holder was not waited for
     assert await wait_dead(pid)
 
 
@@ -304,20 +312,21 @@ async def test_host_disconnect_kills_foreground_run(live_agent: LiveAgent) -> No
 
 
 async def test_two_connections_run_concurrently(live_agent: LiveAgent) -> None:
-    """Two host connections to one agent both run commands at the same time."""
+    """Two host connections to one agent both run commands at the same time: each waits to see the other's mark."""
     results: list[bytes] = []
 
-    async def one(tag: str) -> None:
+    async def one(tag: str, other: str) -> None:
+        # Run one at a time, the first would never see the second's mark (and would say "alone").
+        command = f"touch {tag}; for i in $(seq 200); do [ -e {other} ] && break; sleep 0.05; done; "
+        command += f"if [ -e {other} ]; then echo {tag}; else echo alone; fi"
         async with open_agent_unix(live_agent.socket) as c:
-            sink, _ = await run(c, live_agent, f"sleep 0.3; echo {tag}")
+            sink, _ = await run(c, live_agent, command)
             results.append(sink.out)
 
-    with trio.fail_after(5):
-        start = trio.current_time()
+    with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(one, "a")
-            nursery.start_soon(one, "b")
-        assert trio.current_time() - start < 1.5
+            nursery.start_soon(one, "a", "b")
+            nursery.start_soon(one, "b", "a")
     assert sorted(results) == [b"a\n", b"b\n"]
 
 
@@ -493,4 +502,69 @@ async def test_agent_death_mid_run_raises_sandbox_lost(asan_agent: Path) -> None
         if sink.out.strip():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(sink.out), 9)
+        shutil.rmtree(live.root, ignore_errors=True)
+
+
+# --- failing closed -------------------------------------------------------------------------------------------
+
+_SECCOMP_MACHINES = ("x86_64", "aarch64")
+
+
+@pytest.mark.skipif(os.uname().machine not in _SECCOMP_MACHINES, reason="seccomp table has x86_64 and aarch64")
+def test_the_agent_stops_when_it_cannot_drop_its_capabilities(asan_agent: Path, tmp_path: Path) -> None:
+    """A capset that fails stops the agent before it serves anyone: exit 3, a clear log line, no socket left."""
+    import subprocess
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    for name in ("ws", "home", "state"):
+        (tmp_path / name).mkdir()
+    sock = run / "agent.sock"
+    args = [str(asan_agent), "init", "--listen", str(sock), "--uid", "1000", "--gid", "1000"]
+    args += [
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--home",
+        str(tmp_path / "home"),
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
+    done = subprocess.run(
+        args,
+        preexec_fn=seccomp_deny("capset"),
+        env={"PATH": "/usr/bin:/bin", "ASAN_OPTIONS": "detect_leaks=0"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    log = done.stderr.decode(errors="replace")
+    assert done.returncode == 3, log
+    assert "capset: Operation not permitted" in log
+    assert "cannot drop capabilities to KILL SETUID SETGID: refusing to serve" in log
+    assert not sock.exists() and "listening on" not in log
+
+
+@pytest.mark.skipif(os.uname().machine not in _SECCOMP_MACHINES, reason="seccomp table has x86_64 and aarch64")
+async def test_the_agent_stops_when_it_cannot_restore_its_filesystem_ids(asan_agent: Path) -> None:
+    """A filesystem-id switch that cannot be verified (setfsuid refused) stops the agent, sweeping what ran: exit 4."""
+    live = start_agent(asan_agent, preexec_fn=seccomp_deny("setfsuid", "setfsgid"))
+    try:
+        # A setsid escapee leaves the run's group, so the agent reads its environ to find the run tag.
+        spec = live.spec("setsid sleep 30 >/dev/null 2>&1 </dev/null & echo started")
+        lost = False
+        try:
+            with trio.fail_after(20):
+                async with open_agent_unix(live.socket, timeout_s=10) as agent_client:
+                    await agent_client.run(spec, Capture())
+        except* (AgentError, SandboxLost):
+            lost = True
+        assert lost, "the run completed although the agent could not restore its filesystem ids"
+        code = stop_agent(live)
+        log = live.stderr()
+        assert code == 4, log
+        assert "cannot restore the filesystem ids to 0:0: exiting" in log
+        assert not [pid for pid, _ in children_of(live.proc.pid)]
+    finally:
+        stop_agent(live)
         shutil.rmtree(live.root, ignore_errors=True)
