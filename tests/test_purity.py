@@ -36,3 +36,22 @@ def test_importing_a_pure_module_loads_neither_trio_nor_docker(module: str) -> N
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "package", ["executor", "executor.gate", "executor.focus", "executor.artifacts", "executor.journal"]
+)
+def test_lazy_re_exports_are_their_home_objects_after_every_import(package: str) -> None:
+    """Each name a package re-exports is the object its home module defines, even once every submodule has been
+    imported (a submodule of the same name must not shadow a re-exported function)."""
+    code = (
+        "import importlib, pkgutil, types\n"
+        f"pkg = importlib.import_module({package!r})\n"
+        "for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "    if not info.name.endswith('__main__'):\n"
+        "        importlib.import_module(info.name)\n"
+        "bad = [n for n in pkg.__all__ if isinstance(getattr(pkg, n), types.ModuleType)]\n"
+        "assert not bad, f'names that resolve to a module: {bad}'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -233,10 +233,14 @@ async def test_background_task_streams_become_an_artifact(make_settings: Callabl
                     break
                 await trio.sleep(0.1)
         assert "tick 3" in chunk.text
-        await trio.sleep(0.3)
         assert started.artifact_id is not None
-        page = await session.read_output(started.artifact_id, stream="stdout")
-        assert "tick 1" in page.text and "tick 3" in page.text
+        with trio.fail_after(10):  # the mirror catches up on its own schedule: poll, never sleep a fixed time
+            while True:
+                page = await session.read_output(started.artifact_id, stream="stdout")
+                if "tick 3" in page.text:
+                    break
+                await trio.sleep(0.05)
+        assert "tick 1" in page.text
 
 
 async def test_a_container_removed_mid_run_is_sandbox_lost(make_settings: Callable[..., Settings]) -> None:
@@ -245,12 +249,18 @@ async def test_a_container_removed_mid_run_is_sandbox_lost(make_settings: Callab
     async with open_executor(settings) as ex, ex.open_session(keep=True) as session:
         async with trio.open_nursery() as nursery:
 
-            async def remove_soon() -> None:
-                await trio.sleep(0.5)
+            async def remove_once_running() -> None:
+                # Remove the container only once the command has started (its mark exists), not after a guess.
+                probe = ["docker", "exec", f"executor-{session.id}", "test", "-e", "/tmp/started"]
+                with trio.fail_after(30):
+                    while True:
+                        if (await trio.run_process(probe, check=False, capture_stderr=True)).returncode == 0:
+                            break
+                        await trio.sleep(0.05)
                 await ex.backend.stop_session(session.id)
 
-            nursery.start_soon(remove_soon)
-            result = await session.bash("sleep 30")
+            nursery.start_soon(remove_once_running)
+            result = await session.bash("touch /tmp/started; sleep 30")
         assert result.outcome == "error"
         assert result.run is not None and result.run.cause == "sandbox_lost"
 

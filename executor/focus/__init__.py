@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING
 
 from executor._lazy import lazy_getattr
 
+# ``sanitize`` names both a submodule and its function: importing the submodule binds the package attribute to the
+# module, which a lazy ``__getattr__`` never overrides. Bound here instead (the module is pure: no trio, no docker).
+from executor.focus.sanitize import sanitize
+
 if TYPE_CHECKING:
     from executor.focus.sanitize import (
         SANITIZE_TABLE,
@@ -15,7 +19,6 @@ if TYPE_CHECKING:
         build_sanitize_request,
         flagged_lines,
         instruction_lines,
-        sanitize,
     )
     from executor.focus.sections import (
         SPLITTER_VERSION,
@@ -69,7 +72,6 @@ _HOMES = {
     "build_sanitize_request": "executor.focus.sanitize",
     "flagged_lines": "executor.focus.sanitize",
     "instruction_lines": "executor.focus.sanitize",
-    "sanitize": "executor.focus.sanitize",
     "SPLITTER_VERSION": "executor.focus.sections",
     "Manifest": "executor.focus.sections",
     "Section": "executor.focus.sections",

@@ -17,13 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import executor.sandbox.agent as _agent_pkg
 from executor.models import RunSpec
 
 __all__ = [
+    "FILEOPS_BUILDS",
     "GID",
     "UID",
     "Capture",
     "LiveAgent",
+    "build_fileops_standalone",
     "children_of",
     "pid_alive",
     "seccomp_deny",
@@ -213,3 +216,26 @@ def seccomp_deny(*names: str) -> Callable[[], None]:
             raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
 
     return install
+
+
+_AGENT_SRC = Path(_agent_pkg.__file__).parent
+_FILEOPS_CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DFILEOPS_STANDALONE"]
+FILEOPS_BUILDS: dict[str, list[str]] = {
+    "static": [*_FILEOPS_CFLAGS, "-O2", "-static"],
+    "sanitized": [*_FILEOPS_CFLAGS, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+}
+"""Compiler flags of the standalone fileops builds: as shipped (static), and with ASan and UBSan."""
+
+
+def build_fileops_standalone(out_dir: Path, *, sanitize: bool = False, cc: str = "cc") -> Path:
+    """Compile fileops.c with its standalone main into ``out_dir`` and return the binary's path."""
+    flags = FILEOPS_BUILDS["sanitized" if sanitize else "static"]
+    binary = out_dir / ("fileops-san" if sanitize else "fileops")
+    subprocess.run(
+        [cc, *flags, "-o", str(binary), str(_AGENT_SRC / "fileops.c")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    binary.chmod(0o755)
+    return binary

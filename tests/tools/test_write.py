@@ -32,8 +32,8 @@ from executor.errors import (
     WriteFailed,
 )
 from executor.models import CaptureSink, RunResult, RunSpec
+from executor.testing.agent import build_fileops_standalone
 from executor.tools.write import AGENT_PATH, AgentRunner, PreparedWrite, WriteTool, render_diff
-from tests.sandbox.agent.test_fileops import build_fileops_standalone
 
 
 class RecordingClient:

@@ -21,29 +21,9 @@ from typing import Any
 
 import pytest
 
-import executor.sandbox.agent as agent_pkg
+from executor.testing.agent import FILEOPS_BUILDS, build_fileops_standalone
 
-AGENT_SRC = Path(agent_pkg.__file__).parent
 _RUN_TIMEOUT_S = 30.0
-_CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DFILEOPS_STANDALONE"]
-_BUILDS = {
-    "static": [*_CFLAGS, "-O2", "-static"],
-    "sanitized": [*_CFLAGS, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
-}
-
-
-def build_fileops_standalone(out_dir: Path, *, sanitize: bool = False, cc: str = "cc") -> Path:
-    """Compile fileops.c with its standalone main into ``out_dir`` and return the binary's path."""
-    flags = _BUILDS["sanitized" if sanitize else "static"]
-    binary = out_dir / ("fileops-san" if sanitize else "fileops")
-    subprocess.run(
-        [cc, *flags, "-o", str(binary), str(AGENT_SRC / "fileops.c")],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    binary.chmod(0o755)
-    return binary
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +37,7 @@ def scratch() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session", params=sorted(_BUILDS))
+@pytest.fixture(scope="session", params=sorted(FILEOPS_BUILDS))
 def agent(request: pytest.FixtureRequest, scratch: Path) -> Path:
     """The standalone fileops binary, in each build."""
     out = scratch / f"build-{request.param}"
