@@ -28,7 +28,7 @@ from executor.journal import (
 )
 from executor.models import Answer, JudgmentRequest
 from executor.replay import refocus, replay
-from tests.journal.helpers import decision, journal_bytes, judgment, prepared, stamp, verdict
+from executor.testing.journal import decision, journal_bytes, judgment, prepared, stamp, verdict
 
 CALM: dict[str, Answer] = {q.id: (False if q.answer == "bool" else 0) for q in GATE_TABLE.questions}
 

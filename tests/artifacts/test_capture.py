@@ -8,7 +8,7 @@ import pytest
 
 from executor.artifacts import SessionArtifacts
 from executor.errors import ArtifactError, StreamNotFound
-from tests.artifacts.conftest import open_session, store_bytes
+from executor.testing.artifacts import open_session, store_bytes
 
 
 def test_under_the_cap_everything_is_kept(session: SessionArtifacts) -> None:

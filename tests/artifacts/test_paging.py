@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from executor.artifacts import ReadPage, SessionArtifacts
 from executor.artifacts.paging import CheckpointTracker, Layout, MemorySource, read_page, safe_cut
 from executor.errors import OutputRangeError
-from tests.artifacts.conftest import open_session, store_bytes
+from executor.testing.artifacts import open_session, store_bytes
 
 _PIECES = st.sampled_from([b"\n", b"a", b"xyz ", "é".encode(), "€".encode(), "😀".encode(), b"\xff", b"\x80", b"\r\n"])
 _CONTENT = st.lists(st.one_of(_PIECES, st.binary(max_size=40)), max_size=400).map(b"".join)

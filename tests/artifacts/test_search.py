@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from executor.artifacts import SearchPage, SessionArtifacts
 from executor.errors import OutputRangeError, PatternError, PatternTimeout
-from tests.artifacts.conftest import open_session, store_bytes
+from executor.testing.artifacts import open_session, store_bytes
 
 _PATTERNS = st.sampled_from(["ab", "^x", "y$", "é+", "a.*b", r"(?<=a)b", r"\Ax", r"b\b", r"\s$", r"^$", r"^"])
 _LINES = st.lists(st.text(alphabet="abxy é\t", max_size=120), max_size=120)

@@ -8,7 +8,7 @@ import pytest
 
 from executor.config import load_settings
 from executor.errors import ConfigError
-from tests.artifacts.conftest import open_session, store_bytes
+from executor.testing.artifacts import open_session, store_bytes
 
 
 def test_defaults() -> None:

@@ -10,7 +10,7 @@ from executor.artifacts import ArtifactStore
 from executor.config import load_settings
 from executor.errors import ArtifactEvicted, ArtifactNotFound, ConfigError, SessionNotFound, StreamNotFound
 from executor.ids import new_session_id
-from tests.artifacts.conftest import artifact_settings, store_bytes
+from executor.testing.artifacts import artifact_settings, store_bytes
 
 
 class _Clock:

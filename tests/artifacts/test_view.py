@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import executor.artifacts as artifacts_pkg
 from executor.artifacts import SessionArtifacts, bounded_view, render_read_page, render_search_page
-from tests.artifacts.conftest import open_session, store_bytes
+from executor.testing.artifacts import open_session, store_bytes
 
 
 def test_the_view_shows_head_lines_and_how_to_recover_the_rest(session: SessionArtifacts) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_helpers import cli, named_session
+from executor.testing.cli import cli, named_session
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -29,7 +29,7 @@ from executor.journal import (
     load_journal_key,
 )
 from executor.models import Answer
-from tests.journal.helpers import SESSION, decision, judgment, prepared, verdict
+from executor.testing.journal import SESSION, decision, judgment, prepared, verdict
 
 CALM: dict[str, Answer] = {q.id: (False if q.answer == "bool" else 0) for q in GATE_TABLE.questions}
 

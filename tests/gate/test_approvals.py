@@ -20,7 +20,7 @@ from executor.gate.approvals import (
     request_approval,
 )
 from executor.models import FileState, WriteAction
-from tests.gate.conftest import bash
+from executor.testing.actions import bash
 
 ACTION = bash("rm -rf build")
 

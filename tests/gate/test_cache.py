@@ -13,8 +13,8 @@ from executor.gate.decision import GATE_TABLE
 from executor.gate.gate import Gate
 from executor.gate.policy import Policy
 from executor.models import JudgmentRequest, Question, QuestionTable
+from executor.testing.actions import bash
 from executor.testing.fake_judge import FakeJudge, gate_answers
-from tests.gate.conftest import bash
 
 REQUEST = JudgmentRequest(table=GATE_TABLE, material={"action": {"command": "make"}}, session_id="s1")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from executor.gate.identity import action_identity
 from executor.models import FileState
-from tests.gate.conftest import bash, write
+from executor.testing.actions import bash, write
 
 
 def test_identity_is_stable_and_canonical() -> None:

@@ -9,7 +9,9 @@ import pytest
 from executor.config import GateSettings, Profile
 from executor.errors import ConfigError
 from executor.gate.policy import Policy, load_policy, load_profile_policy, policy_path
-from tests.gate.conftest import REPO, bash, write
+from executor.testing.actions import bash, write
+
+REPO = Path(__file__).resolve().parents[2]
 
 _HEAD = '[[command]]\nname="a"\njustification="j"\n'
 

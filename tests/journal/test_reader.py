@@ -12,7 +12,7 @@ from executor.config import JournalSettings, load_settings
 from executor.errors import ConfigError, JournalCorrupt, JournalError
 from executor.journal.events import DecisionEvent, JudgmentEvent, SessionClosed, SessionOpened
 from executor.journal.reader import JournalRead, read_journal, read_journal_file
-from tests.journal.helpers import SESSION, decision, journal_bytes, judgment, line, prepared, stamp
+from executor.testing.journal import SESSION, decision, journal_bytes, judgment, line, prepared, stamp
 
 LIMITS = JournalSettings()
 

@@ -19,7 +19,7 @@ from executor.journal.events import (
 )
 from executor.journal.reader import read_journal_file
 from executor.journal.writer import JournalWriter
-from tests.journal.helpers import SESSION, decision, judgment, prepared
+from executor.testing.journal import SESSION, decision, judgment, prepared
 
 
 class FsyncCounter:

@@ -15,8 +15,8 @@ from executor.gate.decision import GATE_TABLE
 from executor.gate.judge import OpenAIJudge, api_key_from, open_judge
 from executor.gate.judge.openai import UNTRUSTED_NOTICE
 from executor.models import JudgmentRequest
+from executor.testing.chat_server import completion, open_chat_server
 from executor.testing.fake_judge import gate_answers
-from tests.gate.judge.chat_server import completion, open_chat_server
 
 REQUEST = JudgmentRequest(
     table=GATE_TABLE, material={"action": {"kind": "bash", "command": "ls"}, "sandbox_data": {}}, session_id="s1"

@@ -1,4 +1,4 @@
-"""Run the ``executor`` CLI as a subprocess against the real engine, in a private home."""
+"""Run the ``executor`` CLI as a subprocess (against the real engine where a command needs one), in a private home."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+__all__ = ["Ran", "cli", "named_session"]
 
 _TIMEOUT_S = 120.0
 

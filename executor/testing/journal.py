@@ -1,4 +1,4 @@
-"""Builders of journal events for the journal and replay tests."""
+"""Builders of journal events for tests of the journal, its reader and replay (pure)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,19 @@ from executor.journal.events import (
     StaticVerdict,
 )
 from executor.models import Answer, BashAction, Question, QuestionTable
+
+__all__ = [
+    "GATE_TABLE",
+    "SESSION",
+    "bash_action",
+    "decision",
+    "journal_bytes",
+    "judgment",
+    "line",
+    "prepared",
+    "stamp",
+    "verdict",
+]
 
 SESSION = "s1"
 

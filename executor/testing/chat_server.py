@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+__all__ = ["ChatServer", "Reply", "completion", "open_chat_server"]
+
 Reply = Callable[[dict[str, Any]], Awaitable[Response]]
 
 
