@@ -24,6 +24,22 @@ def settings(home: Path) -> Settings:
     return load_settings(overrides={"home": str(home)})
 
 
+# --- The docker marker: every test that needs the engine carries it, so `pytest -m "not docker"` runs without one --
+
+_ENGINE_FIXTURES = frozenset({"base_image", "backend_factory"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses an engine fixture without the ``docker`` marker is a collection error, not a later surprise."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if _ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("docker") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError("tests using the Docker engine need @pytest.mark.docker: " + ", ".join(unmarked))
+
+
 # --- Docker fixtures (sandbox): the session image is built once per machine (its tag persists) ---------------
 
 

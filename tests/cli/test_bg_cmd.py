@@ -9,7 +9,7 @@ import pytest
 
 from executor.testing.cli import cli, named_session
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 
 
 def test_background_task_lifecycle(home: Path) -> None:

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.timeout(240)
 RESULT_KEYS = {"outcome", "exit_code", "command_exit_code", "artifact_id", "action_id", "text", "run", "session"}
 
 
+@pytest.mark.docker
 def test_throwaway_session_prints_the_view_and_is_removed(home: Path) -> None:
     """Without --session the command runs in a session that is gone afterwards; --json has the stable shape."""
     ran = cli(home, "exec", "--json", "--", "echo", "hello world")
@@ -34,6 +35,7 @@ def test_throwaway_session_prints_the_view_and_is_removed(home: Path) -> None:
     assert left.stdout.strip() == ""
 
 
+@pytest.mark.docker
 def test_exit_codes_in_a_named_session(home: Path) -> None:
     """A named session is created on first use; each way a command ends has its own exit code and outcome."""
     with named_session(home) as name:

@@ -11,6 +11,7 @@ from executor.testing.cli import cli, named_session
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.mark.docker
 def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home: Path) -> None:
     """Pages have true line numbers and receipts, JSON holds no raw match text, and reading needs no container."""
     with named_session(home) as name:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 
 def _executor(home: Path, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "EXECUTOR_HOME": str(home), **(extra_env or {})}
@@ -27,6 +29,7 @@ def _json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.docker
 def test_session_lifecycle_in_json(base_image: str, home: Path) -> None:
     """start prints the session, ls lists it by name, stop by name removes it, and stop again exits 2."""
     name = "cli-" + os.urandom(4).hex()
@@ -60,6 +63,7 @@ def test_unreachable_engine_exits_125_with_how_to(home: Path, tmp_path: Path) ->
     assert "start one" in _json(done)["error"]
 
 
+@pytest.mark.docker
 def test_image_build_is_quiet_in_json_and_reports_up_to_date(base_image: str, home: Path) -> None:
     """image build of an unchanged base prints one JSON object saying skipped; image ls shows it."""
     done = _executor(home, "image", "build", "base")

@@ -8,7 +8,7 @@ import pytest
 
 from executor.testing.cli import cli, named_session
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 
 WRITE_KEYS = {"outcome", "exit_code", "path", "artifact_id", "action_id", "text", "write", "session"}
 

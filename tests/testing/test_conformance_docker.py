@@ -15,6 +15,8 @@ from executor.sandbox.base import Backend, SessionInfo, open_backend
 from executor.sandbox.docker import DockerBackend
 from executor.testing import BackendConformance
 
+pytestmark = pytest.mark.docker
+
 
 class _Docker(BackendConformance):
     async def lose(self, backend: Backend, info: SessionInfo) -> None:

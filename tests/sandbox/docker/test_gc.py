@@ -15,6 +15,8 @@ from executor.ids import new_session_id
 from executor.sandbox.docker import DockerBackend
 from executor.sandbox.docker.hardening import container_name
 
+pytestmark = pytest.mark.docker
+
 
 async def test_gc_reaps_our_created_leftover_and_spares_the_rest(backend_factory: Any, base_image: str) -> None:
     """An old labelled Created container is removed; a fresh one and an unlabelled one are left alone."""

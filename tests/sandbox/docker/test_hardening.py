@@ -38,6 +38,7 @@ async def _exec(backend: Backend, container_id: str, script: str, user: str) -> 
     return await trio.to_thread.run_sync(run)
 
 
+@pytest.mark.docker
 async def test_session_container_has_every_hardened_default(backend_factory: Any) -> None:
     """docker inspect of a default session shows caps, nnp, pinned seccomp, read-only root, sized tmpfs, limits,
     no log, no restart, no network, labels and the agent as PID 1; inside, the session user is confined."""
@@ -104,6 +105,7 @@ async def test_session_container_has_every_hardened_default(backend_factory: Any
     assert lines[6:] == ["1000", "Read-only", "file", "system", "tmp-ok", "ws-ok", "0", "4096"]
 
 
+@pytest.mark.docker
 async def test_profile_override_shows_up_and_exec_transport_mounts_nothing(backend_factory: Any) -> None:
     """An explicit loosening in a profile reaches the container; the exec transport uses no host mount and the
     agent answers through its bridge."""
@@ -177,6 +179,7 @@ def test_new_tunables_have_their_documented_defaults() -> None:
     assert settings.images.pull_timeout_s == 30.0
 
 
+@pytest.mark.docker
 async def test_an_unnamed_session_without_a_host_ends_itself(backend_factory: Any) -> None:
     """With no host connection for agent.orphan_exit_s an unnamed session exits; a named one keeps running."""
     assert load_settings().agent.orphan_exit_s == 600.0

@@ -11,6 +11,8 @@ from executor.config import ImageSettings
 from executor.errors import ImageError
 from executor.sandbox.docker import DockerEngine, build_image, list_images
 
+pytestmark = pytest.mark.docker
+
 
 async def _engine() -> DockerEngine:
     from executor.config import DockerSettings

@@ -88,6 +88,7 @@ def test_profile_and_agent_sizes_reach_the_container() -> None:
     assert command[command.index("--detached-buffer") + 1] == str(9 * MIB)
 
 
+@pytest.mark.docker
 async def test_engine_timeout_and_thread_limit_follow_the_settings() -> None:
     """api_timeout_s is the client's timeout and max_threads bounds the worker threads."""
     engine = await DockerEngine.connect(DockerSettings(api_timeout_s=17, max_threads=3))
