@@ -201,7 +201,7 @@ class ArtifactStore:
     def _recover_interrupted(self, on_interrupted: Callable[[str, str, int, str], None] | None) -> None:
         rows = self._conn.execute("SELECT id, session FROM artifacts WHERE status = 'running'").fetchall()
         for artifact_id, session_id in rows:
-            if artifact_id in self._live or _ARTIFACT_RE.fullmatch(artifact_id) is None:
+            if artifact_id in self._live or parse_artifact_id(artifact_id) is None:
                 continue
             folder = self._folder(session_id, artifact_id)
             try:

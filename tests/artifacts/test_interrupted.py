@@ -11,17 +11,18 @@ from pathlib import Path
 
 import trio
 
-from executor.artifacts import ArtifactStore, new_session_id
+from executor.artifacts import ArtifactStore
 from executor.config import JournalSettings
+from executor.ids import new_session_id
 from executor.journal import ArtifactInterrupted, interruption_journaler, load_journal_key, read_journal_file
-from tests.artifacts.conftest import artifact_settings
+from executor.testing.artifacts import artifact_settings
 
 _CAPTURER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
     from executor.artifacts import ArtifactStore
-    from tests.artifacts.conftest import artifact_settings
+    from executor.testing.artifacts import artifact_settings
 
     home, session_id, lines, publish = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
     store = ArtifactStore.open(home, artifact_settings(capture_max_bytes=int(sys.argv[5])))

@@ -15,7 +15,7 @@ import pytest
 
 from executor.config import JournalSettings
 from executor.journal import ArtifactInterrupted, ExecutionStarted, load_journal_key, read_journal_file
-from tests.cli.cli_helpers import cli, named_session
+from executor.testing.cli import cli, named_session
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 

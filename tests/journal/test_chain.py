@@ -15,7 +15,7 @@ from executor.journal.chain import KEY_FILE, head_path, load_journal_key
 from executor.journal.events import ApprovalResolved, ExecutionStarted, SessionClosed, SessionOpened
 from executor.journal.reader import JournalRead, read_journal, read_journal_file
 from executor.journal.writer import JournalWriter
-from tests.journal.helpers import SESSION, decision, prepared
+from executor.testing.journal import SESSION, decision, prepared
 
 SETTINGS = JournalSettings.model_validate({"fsync": "never"})
 

@@ -17,7 +17,7 @@ from executor.journal.chain import load_journal_key
 from executor.journal.events import SessionOpened
 from executor.journal.reader import JournalRead, read_journal_file
 from executor.journal.writer import JournalWriter
-from tests.journal.helpers import SESSION, judgment, prepared
+from executor.testing.journal import SESSION, judgment, prepared
 
 SETTINGS = JournalSettings.model_validate({"fsync": "never"})
 
@@ -29,7 +29,7 @@ _WRITER = textwrap.dedent(
     from executor.journal.chain import load_journal_key
     from executor.journal.events import SessionOpened
     from executor.journal.writer import JournalWriter
-    from tests.journal.helpers import judgment, prepared
+    from executor.testing.journal import judgment, prepared
 
     home, name, rounds, go = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     deadline = time.monotonic() + 60
