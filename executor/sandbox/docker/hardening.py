@@ -196,4 +196,7 @@ def container_kwargs(
         "log_config": log_config,
         "restart_policy": {"Name": "no"},
         "stop_signal": "SIGTERM",
+        # An image's HEALTHCHECK would run as the image's user (often root) beside the agent, outside every run's
+        # supervision and pids accounting of a command; sessions never run one.
+        "healthcheck": {"test": ["NONE"]},
     }

@@ -13,7 +13,7 @@ import trio
 from executor.config import Profile, load_settings
 from executor.errors import ConfigError
 from executor.sandbox.agent.client import open_agent_client
-from executor.sandbox.base import Backend
+from executor.sandbox.base import Backend, new_session_id
 from executor.sandbox.docker import AGENT_CAPS, DockerBackend
 from executor.sandbox.docker.hardening import AGENT_PATH, RUN_DIR, STATE_DIR, agent_command
 
@@ -200,3 +200,43 @@ async def test_an_unnamed_session_without_a_host_ends_itself(backend_factory: An
             with trio.CancelScope(shield=True), trio.move_on_after(30):
                 await backend.stop_session(ephemeral.id)
                 await backend.stop_session(named.id)
+
+
+async def test_an_images_healthcheck_never_runs_in_a_session(backend_factory: Any, base_image: str) -> None:
+    """An image that declares a HEALTHCHECK (run as root by the engine) gets none in a session container."""
+    import io
+    import tarfile
+
+    tag = "executor-test/healthcheck:" + new_session_id()
+    dockerfile = f"FROM {base_image}\nHEALTHCHECK --interval=1s CMD touch /tmp/hc-ran\n".encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        member = tarfile.TarInfo("Dockerfile")
+        member.size = len(dockerfile)
+        tar.addfile(member, io.BytesIO(dockerfile))
+    context.seek(0)
+    with trio.fail_after(120):
+        async with backend_factory() as backend:
+            assert isinstance(backend, DockerBackend)
+            api = backend.engine.client.api
+
+            def build() -> None:
+                for _ in api.build(fileobj=context, custom_context=True, tag=tag, network_mode="none", rm=True):
+                    pass
+
+            await trio.to_thread.run_sync(build)
+            try:
+                declared = await trio.to_thread.run_sync(api.inspect_image, tag)
+                assert declared["Config"]["Healthcheck"]["Test"][0] == "CMD-SHELL"
+                profile = load_settings().profile().model_copy(update={"image": tag})
+                info = await backend.open_session(profile=profile, profile_name="default", owner="t-hc")
+                try:
+                    data = await _inspect(backend, info.container_id)
+                finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(30):
+                        await backend.stop_session(info.id)
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(30):
+                    await trio.to_thread.run_sync(lambda: api.remove_image(tag, force=True))
+    assert data["Config"]["Healthcheck"]["Test"] == ["NONE"]
+    assert "Health" not in data["State"]
