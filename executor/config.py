@@ -137,6 +137,11 @@ class AgentSettings(_Section):
     orphan_exit_s: float = Field(600.0, ge=0, le=7 * 86_400.0)
     """An unnamed session's agent sweeps everything and exits after this long with no host connection (a killed
     executor), so its container stops and ``session gc`` removes it; 0 never. Named sessions never do."""
+    host_margin_s: float = Field(10.0, gt=0, le=3600)
+    """The host's own bound on every agent call, beyond what the agent itself enforces: a run gets its deadline +
+    grace + drain + this margin, any other call (task, file and probe operations) this margin alone. Past it the
+    call ends as ``unresponsive`` (the container paused, the agent frozen, the engine stalled), partial output is
+    kept, and the session is marked unhealthy. A run without a deadline has no host bound but cancellation."""
     cc: str = "cc"
     """C compiler used to build the agent from source."""
     build_dir: Path | None = None

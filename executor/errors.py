@@ -11,6 +11,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── ImageError                        an image could not be found, bootstrapped or built
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
     │   ├── SandboxLost                       the session's container went away mid-action
+    │   ├── SessionUnhealthy                  the session's agent stopped answering (paused, frozen): recreate it
     │   └── AgentError                        the in-container agent
     │       └── AgentProtocolError            a malformed frame or a version mismatch
     ├── CommandError                          the bash tool
@@ -73,6 +74,7 @@ __all__ = [
     "SandboxError",
     "SandboxLost",
     "SessionNotFound",
+    "SessionUnhealthy",
     "StreamNotFound",
     "TaskNotFound",
     "UnsafeTarget",
@@ -111,6 +113,12 @@ class SessionNotFound(SandboxError, LookupError):
 
 class SandboxLost(SandboxError):
     """The session's container went away while an action was in flight."""
+
+
+class SessionUnhealthy(SandboxError):
+    """The session's agent did not answer within the host's own bound (the container was paused, the agent frozen
+    or the engine stalled); the session is marked unhealthy and every later call on it fails at once with this
+    error until it is stopped (and, if wanted, started again)."""
 
 
 class AgentError(SandboxError):

@@ -39,10 +39,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
-Cause = Literal["exited", "signaled", "timeout", "cancelled", "oom", "sandbox_lost"]
+Cause = Literal["exited", "signaled", "timeout", "cancelled", "oom", "sandbox_lost", "unresponsive"]
 """Why a run ended. ``exited``: the shell exited by itself (any code, even 137); ``signaled``: killed by a signal
 we did not send; ``timeout``/``cancelled``: we killed the group; ``oom``: the kernel's OOM killer;
-``sandbox_lost``: the container or the agent went away."""
+``sandbox_lost``: the container or the agent went away; ``unresponsive``: the agent did not answer within the
+host's own bound (deadline + grace + drain + ``agent.host_margin_s``); the session is then unhealthy."""
 
 StreamName = str
 """A captured stream: ``stdout``/``stderr`` for bash, ``output`` for everything else."""

@@ -13,6 +13,7 @@ because the agent must read them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -38,6 +39,7 @@ from executor.errors import (
     SandboxError,
     SandboxLost,
     SessionNotFound,
+    SessionUnhealthy,
     TaskNotFound,
     WriteError,
 )
@@ -88,13 +90,14 @@ __all__ = [
     "open_executor",
 ]
 
-Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error"]
+Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
 """How a tool call ended, from the caller's point of view.
 
 ``completed``: it ran and exited 0 (or the write/read succeeded); ``failed``: it ran and exited nonzero, was killed
 by a signal we did not send, or by the OOM killer; ``timeout``/``cancelled``: we killed its process group;
 ``blocked``: it needs an approval nobody can give; ``denied``: policy, judge or a person said no, or the approval
-was invalidated; ``error``: the executor or the sandbox failed (``sandbox_lost``, a refused write)."""
+was invalidated; ``error``: the executor or the sandbox failed (``sandbox_lost``, a refused write);
+``unresponsive``: the agent did not answer within the host's own bound (the session is now unhealthy)."""
 
 FocusMode = Literal["off", "shadow", "on"]
 """Focus rollout mode (see ``FocusSettings.mode``)."""
@@ -166,6 +169,8 @@ def _outcome_of(result: RunResult) -> Outcome:
         return "timeout"
     if result.cause == "cancelled":
         return "cancelled"
+    if result.cause == "unresponsive":
+        return "unresponsive"
     return "error"
 
 
@@ -184,6 +189,12 @@ def _run_header(result: RunResult, spec_timeout_ms: int | None, grace_ms: int) -
         )
     elif result.cause == "cancelled":
         head = f"[cancelled after {seconds}: the whole process group was killed; partial output is kept]"
+    elif result.cause == "unresponsive":
+        head = (
+            f"[sandbox unresponsive: no answer from the agent after {seconds} (past the deadline + grace + drain + "
+            "agent.host_margin_s); the container may be paused or frozen; partial output is kept; the session is "
+            "unhealthy: stop it and start a new one]"
+        )
     else:
         head = "[sandbox lost: the session's container or its agent went away; the result is not a success]"
     return head
@@ -575,7 +586,7 @@ class Session:
             action_id=action_id,
             artifact_id=record.id,
             run=result,
-            exit_code=None if result.cause == "sandbox_lost" else result.display_code,
+            exit_code=None if result.cause in ("sandbox_lost", "unresponsive") else result.display_code,
         )
 
     async def write_file(
@@ -805,6 +816,8 @@ class Session:
                 if ended_before_round:
                     break
                 await trio.sleep(_TASK_POLL_S)
+        except (SandboxLost, SessionUnhealthy):
+            pass  # the agent is gone or frozen: the mirror ends here and its artifact says "detached"
         finally:
             # Synchronous on purpose (no checkpoint): the mirror is closed even when the session is cancelled.
             # A mirror cut short by the end of this process says so ("detached"); a later attach that finds the
@@ -1057,6 +1070,9 @@ class Executor:
             stream,
             max_frame=self.settings.agent.max_frame_bytes,
             handshake_timeout_s=self.settings.agent.connect_timeout_s,
+            host_margin_s=self.settings.agent.host_margin_s,
+            kill_grace_ms=self.settings.bash.grace_ms,
+            on_unhealthy=functools.partial(self.backend.mark_unhealthy, info.id),
         ) as client:
             with journal:
                 journal.emit(SessionOpened(profile=info.profile, trust=self.settings.gate.trust, policy=profile.policy))

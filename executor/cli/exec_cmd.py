@@ -15,12 +15,13 @@ Exit codes:
 * ``75``: blocked: the policy asks about the command and nobody can answer (no terminal); nothing ran;
 * ``77``: denied by the policy or the judge, or the approval was declined; nothing ran;
 * ``124``: the command hit ``--timeout-ms`` (its whole process group was killed);
-* ``125``: the executor failed (engine down, image missing, sandbox lost);
+* ``125``: the executor failed (engine down, image missing, sandbox lost, the sandbox unresponsive: outcome
+  ``"unresponsive"``, the session is then unhealthy);
 * ``130``: interrupted (Ctrl-C); the command's process group is killed.
 
 ``--json`` prints one object, whatever happened::
 
-    {"outcome": "completed" | "failed" | "timeout" | "cancelled" | "blocked" | "denied" | "error",
+    {"outcome": "completed" | "failed" | "timeout" | "cancelled" | "blocked" | "denied" | "error" | "unresponsive",
      "exit_code": int,               # this process's exit status (the table above)
      "command_exit_code": int|null,  # the command's shell-style status when it ran (128+N for a signal)
      "artifact_id": str|null,        # every stream kept whole: `executor output read|search ID`
@@ -211,7 +212,7 @@ def exit_code_of(result: ToolResult) -> int:
         return EXIT_TIMEOUT
     if result.outcome == "cancelled":
         return EXIT_INTERRUPTED
-    if result.outcome == "error":
+    if result.outcome in ("error", "unresponsive"):
         return EXIT_FAILURE
     if result.outcome == "failed":
         # A run that failed always has a status; a non-run failure (none today) is still a failure.

@@ -99,9 +99,17 @@ class Backend(ABC):
 
         Raises:
             SessionNotFound: malformed or unknown id.
+            SessionUnhealthy: the session was marked unhealthy (:meth:`mark_unhealthy`) and not stopped since.
             SandboxLost: the container is gone or not running.
             AgentError: the agent does not accept the connection.
             EngineUnavailable: no engine answers.
+        """
+
+    @abstractmethod
+    def mark_unhealthy(self, session_id: str, reason: str) -> None:
+        """Record (on the host, outside the sandbox) that the session's agent stopped answering, so that every
+        later :meth:`connect`, from any process, refuses it with :class:`SessionUnhealthy` until
+        :meth:`stop_session`. Synchronous: it is called from inside a failing call. Never raises on I/O errors.
         """
 
     @abstractmethod
@@ -115,8 +123,8 @@ class Backend(ABC):
 
     @abstractmethod
     async def stop_session(self, session_id: str) -> None:
-        """Stop and remove the container, its workspace volume and host-side files. Idempotent: an unknown
-        (well-formed) id is not an error.
+        """Stop and remove the container, its workspace volume and host-side files (an unhealthy mark too).
+        Idempotent: an unknown (well-formed) id is not an error.
 
         Raises:
             SessionNotFound: malformed id.

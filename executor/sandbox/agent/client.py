@@ -8,18 +8,27 @@
 One reader task (in the client's own nursery) decodes frames and hands each to the call waiting for its id
 through a bounded memory channel: a slow sink slows the reader, the agent's queue for this connection fills,
 and the agent stops reading the command's pipes. Nothing holds a whole stream in memory.
+
+The host keeps its own bound on every call, as a backstop to the agent's deadlines: a run waits at most its
+deadline + grace + drain + ``host_margin_s``, every other request ``host_margin_s`` (plus the kill grace for the
+calls that kill). Past it the agent is declared unresponsive (a paused container, a frozen agent, a stalled engine):
+a run returns with cause ``unresponsive`` and the output received so far, any other call raises
+:class:`SessionUnhealthy`, the client is marked broken so every later call raises it at once, and
+``on_unhealthy`` is told (the session records it so that other processes refuse the session too). A run without a
+deadline (``timeout_ms=None``) has no host bound but its caller's cancellation.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+import math
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Literal
 
 import trio
 
-from executor.errors import AgentError, AgentProtocolError, SandboxLost, TaskNotFound
+from executor.errors import AgentError, AgentProtocolError, SandboxLost, SessionUnhealthy, TaskNotFound
 from executor.models import CaptureSink, ProcInfo, RunResult, RunSpec
 from executor.sandbox.agent.protocol import (
     FRAME_MAX_MAX,
@@ -58,8 +67,19 @@ class AgentClient:
     :class:`AgentProtocolError` when the agent sends something that is not the protocol.
     """
 
-    def __init__(self, stream: trio.abc.Stream, *, max_frame: int) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        max_frame: int,
+        host_margin_s: float = 10.0,
+        kill_grace_ms: int = 3_000,
+        on_unhealthy: Callable[[str], None] | None = None,
+    ) -> None:
         self._stream = stream
+        self._margin_s = host_margin_s
+        self._kill_grace_s = kill_grace_ms / 1000.0
+        self._on_unhealthy = on_unhealthy
         self._max_frame = max_frame
         self._send_max = FRAME_MIN_MAX
         self._decoder = FrameDecoder(max_frame)
@@ -100,7 +120,24 @@ class AgentClient:
         err = self._broken
         if isinstance(err, AgentProtocolError):
             return AgentProtocolError(str(err))
+        if isinstance(err, SessionUnhealthy):
+            return SessionUnhealthy(str(err))
         return SandboxLost(str(err) if err else "the connection to the agent is closed")
+
+    def _unresponsive(self, what: str, waited_s: float) -> SessionUnhealthy:
+        """Declare the agent unresponsive: break the client, tell ``on_unhealthy``, return the error to raise."""
+        reason = (
+            f"the agent did not answer {what} within {waited_s:.1f}s (the host's bound, agent.host_margin_s="
+            f"{self._margin_s:g}s past the agent's own); the container may be paused or frozen or the engine stalled"
+        )
+        err = SessionUnhealthy(
+            f"the session is unhealthy: {reason}; stop it (`executor session stop ID`) and start a new one"
+        )
+        first = self._broken is None
+        self._fail(err)
+        if first and self._on_unhealthy is not None:
+            self._on_unhealthy(reason)
+        return err
 
     def _fail(self, err: Exception) -> None:
         if self._broken is None:
@@ -176,13 +213,18 @@ class AgentClient:
         except trio.EndOfChannel:
             raise self._lost() from None
 
-    async def _request(self, ftype: int, payload: bytes, reply: FrameType) -> Frame:
+    async def _request(self, ftype: int, payload: bytes, reply: FrameType, *, extra_s: float = 0.0) -> Frame:
         fid, receive = self._register(1)
+        bound = self._margin_s + extra_s
+        frame: Frame | None = None
         try:
-            await self._send(ftype, fid, payload)
-            frame = await self._receive(receive)
+            with trio.move_on_after(bound):
+                await self._send(ftype, fid, payload)
+                frame = await self._receive(receive)
         finally:
             self._unregister(fid)
+        if frame is None:
+            raise self._unresponsive(f"a {FrameType(ftype).name} request", bound)
         if frame.type == FrameType.ERROR:
             _raise_error(frame)
         if frame.type != reply:
@@ -197,6 +239,8 @@ class AgentClient:
         Output goes to ``sink`` (streams ``stdout``/``stderr``) as it arrives. The agent enforces
         ``spec.timeout_ms`` itself. If the caller is cancelled, the agent is told to kill the run and the call
         waits (shielded, bounded by grace + drain + a few seconds) for the agent's result, then re-raises.
+        When no result arrives within deadline + grace + drain + ``host_margin_s`` the run returns with cause
+        ``unresponsive`` (what reached ``sink`` is kept) and the client is broken for good (see the module).
 
         Args:
             spec: what to run; ``argv`` (argv[0] absolute) replaces ``bash -c spec.command``.
@@ -205,29 +249,51 @@ class AgentClient:
         Raises:
             AgentError: the agent could not start the command (bad cwd, fork failed at the pids limit...).
             SandboxLost: the connection died before the result arrived.
+            SessionUnhealthy: an earlier call found the agent unresponsive.
             AgentProtocolError: the agent broke the protocol.
         """
         payload = encode_run_request(spec, argv=argv)
+        counted = _CountingSink(sink)
+        started = trio.current_time()
+        bound = math.inf
+        if spec.timeout_ms is not None:
+            bound = (spec.timeout_ms + spec.grace_ms + spec.drain_ms) / 1000.0 + self._margin_s
         fid, receive = self._register(_CHANNEL_FRAMES)
         stdin_scope = trio.CancelScope()
         try:
-            await self._send(FrameType.RUN, fid, payload)
+            with trio.move_on_after(bound):
+                await self._send(FrameType.RUN, fid, payload)
             if spec.stdin is not None:
                 # Sent from the client's nursery, concurrently with reading output: a command that writes before
                 # it reads must not deadlock against a host that is still writing its stdin.
                 assert self._nursery is not None, "use open_agent_client()"
                 self._nursery.start_soon(self._send_stdin, fid, spec.stdin, stdin_scope)
             try:
-                return await self._collect(receive, sink)
+                with trio.move_on_after(max(0.0, started + bound - trio.current_time())):
+                    return await self._collect(receive, counted)
             except trio.Cancelled:
                 budget = (spec.grace_ms + spec.drain_ms) / 1000.0 + _CANCEL_SLACK_S
+                answered = False
                 with trio.CancelScope(shield=True), trio.move_on_after(budget):
                     await self._send(FrameType.CANCEL, fid)
-                    await self._collect(receive, sink)
+                    await self._collect(receive, counted)
+                    answered = True
+                if not answered and self._broken is None:
+                    self._unresponsive("a cancelled run's kill", budget)
                 raise
         finally:
             stdin_scope.cancel()
             self._unregister(fid)
+        self._unresponsive("a run", bound)
+        return RunResult(
+            cause="unresponsive",
+            exit_code=None,
+            signal=None,
+            duration_ms=(trio.current_time() - started) * 1000.0,
+            cpu_ms=0.0,
+            max_rss_kb=0,
+            stream_bytes=dict(counted.counts),
+        )
 
     async def _send_stdin(self, fid: int, data: bytes, scope: trio.CancelScope) -> None:
         step = self._send_max - 64
@@ -282,7 +348,9 @@ class AgentClient:
         Raises:
             TaskNotFound: the agent knows no such task.
         """
-        frame = await self._request(FrameType.STOP, encode_fields([(Tag.TASK, task_id)]), FrameType.RESULT)
+        frame = await self._request(
+            FrameType.STOP, encode_fields([(Tag.TASK, task_id)]), FrameType.RESULT, extra_s=self._kill_grace_s
+        )
         return decode_result(Fields(frame.payload))
 
     async def list_tasks(self) -> list[TaskInfo]:
@@ -292,7 +360,7 @@ class AgentClient:
 
     async def sweep(self) -> list[ProcInfo]:
         """Kill every process the session started (everything descending from the agent); return them."""
-        frame = await self._request(FrameType.SWEEP, b"", FrameType.PROCS)
+        frame = await self._request(FrameType.SWEEP, b"", FrameType.PROCS, extra_s=self._kill_grace_s)
         return list(decode_procs(Fields(frame.payload), Tag.PROC))
 
     async def info(self) -> AgentInfo:
@@ -306,6 +374,18 @@ class AgentClient:
         return frame.payload
 
 
+class _CountingSink:
+    """Passes output on and counts it per stream (what an unresponsive run's result reports)."""
+
+    def __init__(self, sink: CaptureSink) -> None:
+        self._sink = sink
+        self.counts: dict[str, int] = {}
+
+    def feed(self, stream: str, data: bytes) -> None:
+        self.counts[stream] = self.counts.get(stream, 0) + len(data)
+        self._sink.feed(stream, data)
+
+
 def _raise_error(frame: Frame) -> None:
     fields = Fields(frame.payload)
     code = fields.text(Tag.CODE)
@@ -317,9 +397,19 @@ def _raise_error(frame: Frame) -> None:
 
 @asynccontextmanager
 async def open_agent_client(
-    stream: trio.abc.Stream, *, max_frame: int = 1024 * 1024, handshake_timeout_s: float = 10.0
+    stream: trio.abc.Stream,
+    *,
+    max_frame: int = 1024 * 1024,
+    handshake_timeout_s: float = 10.0,
+    host_margin_s: float = 10.0,
+    kill_grace_ms: int = 3_000,
+    on_unhealthy: Callable[[str], None] | None = None,
 ) -> AsyncIterator[AgentClient]:
     """Handshake over ``stream`` and yield a client; the stream is closed when the block exits.
+
+    ``host_margin_s`` is the host's own bound beyond the agent's (``agent.host_margin_s``), ``kill_grace_ms`` what
+    a task stop or a sweep may add to it (``bash.grace_ms``), and ``on_unhealthy(reason)`` is called once when
+    the agent is found unresponsive (see the module docstring).
 
     Raises:
         AgentProtocolError: a version mismatch or a peer that is not an agent.
@@ -328,7 +418,13 @@ async def open_agent_client(
     """
     if not FRAME_MIN_MAX <= max_frame <= FRAME_MAX_MAX:
         raise ValueError(f"max_frame must be in [{FRAME_MIN_MAX}, {FRAME_MAX_MAX}], got {max_frame}")
-    client = AgentClient(stream, max_frame=max_frame)
+    client = AgentClient(
+        stream,
+        max_frame=max_frame,
+        host_margin_s=host_margin_s,
+        kill_grace_ms=kill_grace_ms,
+        on_unhealthy=on_unhealthy,
+    )
     try:
         try:
             with trio.fail_after(handshake_timeout_s):

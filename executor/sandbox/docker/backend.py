@@ -12,7 +12,7 @@ from typing import Any, Final
 import trio
 
 from executor.config import Profile, Settings
-from executor.errors import AgentError, EngineError, SandboxLost, SessionNotFound
+from executor.errors import AgentError, EngineError, SandboxLost, SessionNotFound, SessionUnhealthy
 from executor.ids import new_session_id, validate_session_id, validate_session_name
 from executor.sandbox.base import (
     Backend,
@@ -141,6 +141,34 @@ class DockerBackend(Backend):
 
     def _run_dir(self, session_id: str) -> Path:
         return self.settings.home / "run" / validate_session_id(session_id)
+
+    def _unhealthy_path(self, session_id: str) -> Path:
+        # Beside the run folder, not in it: the run folder is mounted into the container, and nothing in the
+        # sandbox may clear its own mark.
+        return self.settings.home / "run" / f"{validate_session_id(session_id)}.unhealthy"
+
+    def mark_unhealthy(self, session_id: str, reason: str) -> None:
+        """See :meth:`Backend.mark_unhealthy`."""
+        path = self._unhealthy_path(session_id)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.write_text(f"{_now().isoformat(timespec='seconds')} {reason}\n", encoding="utf-8")
+        except OSError:
+            pass  # best effort: this process's own client is broken for good anyway
+
+    async def _check_healthy(self, info: SessionInfo) -> None:
+        path = self._unhealthy_path(info.id)
+        try:
+            text = await trio.to_thread.run_sync(lambda: path.read_text(encoding="utf-8", errors="replace"))
+        except FileNotFoundError:
+            return
+        except OSError:
+            text = "(the mark cannot be read)"
+        since, _, reason = text.strip().partition(" ")
+        raise SessionUnhealthy(
+            f"session {info.name or info.id} is unhealthy since {since}: {reason[:500]}; stop it "
+            f"(`executor session stop {info.name or info.id}`) and start a new one"
+        )
 
     async def open_session(
         self,
@@ -274,6 +302,7 @@ class DockerBackend(Backend):
     async def connect(self, session_id: str) -> trio.abc.HalfCloseableStream:
         """See :meth:`Backend.connect`."""
         info = await self.find_session(session_id)
+        await self._check_healthy(info)
         if info.state != "running":
             raise SandboxLost(f"session {session_id} is {info.state}; start a new one")
         if info.transport == "socket":
@@ -338,6 +367,7 @@ class DockerBackend(Backend):
         )
         if self.engine.is_local:
             await trio.to_thread.run_sync(shutil.rmtree, self._run_dir(session_id), True)
+        await trio.to_thread.run_sync(self._unhealthy_path(session_id).unlink, True)
 
     async def _rows(self) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = await self.engine.call(
