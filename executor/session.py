@@ -1014,14 +1014,18 @@ class Executor:
         profile: str | None = None,
         image: str | None = None,
     ) -> AsyncIterator[Session]:
-        """Connect to an existing session (left running on exit); with ``create``, start a named one if missing.
+        """Connect to an existing session (left running on exit); with ``create``, start a named one if missing, or
+        recreate the container of a stopped named session on its kept workspace.
 
         Raises:
             SessionNotFound: no such session, it is not running, or it belongs to another owner.
+            SessionUnhealthy: the session was found unresponsive earlier; stop it first.
         """
         policy: Policy | None = None
         try:
             info = await self.backend.find_session(id_or_name)
+            if create and info.name == id_or_name and info.state in ("exited", "dead"):
+                raise SessionNotFound(id_or_name)  # recreated below, on its kept workspace
         except SessionNotFound:
             if not create:
                 raise
@@ -1041,17 +1045,17 @@ class Executor:
         async with self._connect(info, chosen, policy) as session:
             yield session
 
-    async def list_sessions(self, *, owner: str | None = None) -> list[SessionInfo]:
-        """Every session of ours (only ``owner``'s when given)."""
-        return await self.backend.list_sessions(owner=owner)
+    async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:
+        """This home's sessions (every home's with ``all_homes``; only ``owner``'s when given)."""
+        return await self.backend.list_sessions(owner=owner, all_homes=all_homes)
 
-    async def stop_session(self, id_or_name: str, *, owner: str | None = None) -> None:
+    async def stop_session(self, id_or_name: str, *, owner: str | None = None, all_homes: bool = False) -> None:
         """Kill everything a session started and remove its container and workspace.
 
         Raises:
-            SessionNotFound: no such session, or another owner's.
+            SessionNotFound: no such session (in this home, unless ``all_homes``), or another owner's.
         """
-        info = await self.backend.find_session(id_or_name)
+        info = await self.backend.find_session(id_or_name, all_homes=all_homes)
         if not _owner_matches(info.owner, owner):
             raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
         await self.backend.stop_session(info.id)

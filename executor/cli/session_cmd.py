@@ -1,16 +1,23 @@
 """``executor session start | ls | stop ID | gc``.
 
+Every command acts on this home's sessions only (sessions carry an ``executor.home`` label derived from the
+resolved ``EXECUTOR_HOME``); ``--all`` on ``ls``, ``stop`` and ``gc`` reaches every home's sessions.
+A named session whose container stopped keeps its workspace volume until it is stopped: ``gc`` removes the stopped
+container and lists the volume as kept; ``session start --name NAME`` (or ``exec --session NAME``) recreates the
+container on it.
+
 JSON shapes (``--json``):
 
 * ``session start``: ``{"outcome": "ok", "session": SESSION}``;
 * ``session ls``: ``{"outcome": "ok", "sessions": [SESSION, ...]}``;
 * ``session stop ID``: ``{"outcome": "ok", "stopped": "s-..."}``;
-* ``session gc``: ``{"outcome": "ok", "removed": ["executor-s-...", "executor-s-...-workspace", ...]}``;
+* ``session gc``: ``{"outcome": "ok", "removed": ["executor-s-...", "executor-s-...-workspace", ...],
+  "kept": ["executor-s-...-workspace", ...]}``;
 * failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile, bad name,
   unknown session), 125 when the engine or the sandbox failed.
 
 ``SESSION`` is ``{"id", "name", "container_id", "image", "profile", "state", "created_at", "owner", "transport",
-"labels"}`` (:class:`executor.sandbox.base.SessionInfo`).
+"labels", "workspace_only"}`` (:class:`executor.sandbox.base.SessionInfo`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import typer
 
 from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, emit, fail, progress, state
 from executor.errors import ConfigError, ExecutorError, SessionNotFound
-from executor.sandbox.base import Backend, SessionInfo, open_backend
+from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
 
 app = typer.Typer(help="Start, list, stop and garbage-collect sessions.", no_args_is_help=True)
 
@@ -46,8 +53,12 @@ def _run(ctx: typer.Context, job: Callable[[Backend], Awaitable[T]]) -> T:
         raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
 
 
+_ALL_HOMES = typer.Option(False, "--all", help="Every executor home's sessions, not only this home's.")
+
+
 def _line(info: SessionInfo) -> str:
-    return f"{info.id:15} {info.name or '-':20} {info.state:8} {info.profile:10} {info.image}"
+    image = "(workspace kept; no container)" if info.workspace_only else info.image
+    return f"{info.id:15} {info.name or '-':20} {info.state:8} {info.profile:10} {image}"
 
 
 @app.command("start")
@@ -77,12 +88,12 @@ def start(
 
 
 @app.command("ls")
-def ls(ctx: typer.Context) -> None:
-    """List the executor's sessions in every state."""
+def ls(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
+    """List this home's sessions in every state."""
     st = state(ctx)
 
     async def job(backend: Backend) -> list[SessionInfo]:
-        return await backend.list_sessions()
+        return await backend.list_sessions(all_homes=all_homes)
 
     infos = _run(ctx, job)
     text = "\n".join([f"{'ID':15} {'NAME':20} {'STATE':8} {'PROFILE':10} IMAGE", *map(_line, infos)])
@@ -90,12 +101,14 @@ def ls(ctx: typer.Context) -> None:
 
 
 @app.command("stop")
-def stop(ctx: typer.Context, session: str = typer.Argument(..., help="Session id or name.")) -> None:
-    """Stop a session and remove its container and workspace volume."""
+def stop(
+    ctx: typer.Context, session: str = typer.Argument(..., help="Session id or name."), all_homes: bool = _ALL_HOMES
+) -> None:
+    """Stop a session of this home and remove its container and workspace volume."""
     st = state(ctx)
 
     async def job(backend: Backend) -> str:
-        info = await backend.find_session(session)
+        info = await backend.find_session(session, all_homes=all_homes)
         await backend.stop_session(info.id)
         return info.id
 
@@ -104,12 +117,19 @@ def stop(ctx: typer.Context, session: str = typer.Argument(..., help="Session id
 
 
 @app.command("gc")
-def gc(ctx: typer.Context) -> None:
-    """Remove leftovers: our containers stuck in Created or Exited, and orphaned workspace volumes."""
+def gc(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
+    """Remove this home's leftovers: containers stuck in Created or Exited, and orphaned workspace volumes of
+    unnamed sessions. Named sessions' workspaces are kept (`session stop NAME` deletes one)."""
     st = state(ctx)
 
-    async def job(backend: Backend) -> list[str]:
-        return await backend.gc()
+    async def job(backend: Backend) -> GcReport:
+        return await backend.gc(all_homes=all_homes)
 
-    removed = _run(ctx, job)
-    emit({"outcome": "ok", "removed": removed}, "\n".join(removed) or "nothing to remove", json_mode=st.json)
+    report = _run(ctx, job)
+    lines = [f"removed {name}" for name in report.removed]
+    lines += [f"kept {name} (a named session's workspace; `executor session stop` deletes it)" for name in report.kept]
+    emit(
+        {"outcome": "ok", "removed": list(report.removed), "kept": list(report.kept)},
+        "\n".join(lines) or "nothing to remove",
+        json_mode=st.json,
+    )

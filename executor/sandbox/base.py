@@ -29,6 +29,7 @@ __all__ = [
     "Backend",
     "BackendFactory",
     "ContainerState",
+    "GcReport",
     "SessionInfo",
     "SessionStatus",
     "backend_names",
@@ -68,6 +69,22 @@ class SessionInfo(BaseModel):
     """How the host reaches the agent: a unix socket in a host folder, or an exec bridge."""
     labels: dict[str, str]
     """The container's labels (ownership and bookkeeping)."""
+    workspace_only: bool = False
+    """The container is gone (``gc`` removed it after it stopped) but this named session's workspace volume is
+    kept: starting the name again (``exec --session NAME``, ``session start --name NAME``) recreates the container
+    on it; stopping the session deletes it. ``state`` is then ``exited`` and ``container_id`` empty."""
+
+
+class GcReport(BaseModel):
+    """What :meth:`Backend.gc` removed and what it kept on purpose."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    removed: tuple[str, ...] = ()
+    """Names of the removed containers and volumes."""
+    kept: tuple[str, ...] = ()
+    """Workspace volumes of named sessions whose container was removed or is gone: kept until the session is
+    stopped."""
 
 
 class Backend(ABC):
@@ -133,16 +150,18 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def list_sessions(self, *, owner: str | None = None) -> list[SessionInfo]:
-        """Every session of ours (all owners, or only ``owner``'s), in any state, oldest first.
+    async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:
+        """Every session of this executor home (of every home with ``all_homes``), of all owners or only
+        ``owner``'s, in any state, oldest first; a named session whose container is gone but whose workspace is
+        kept is listed with ``workspace_only``.
 
         Raises:
             EngineUnavailable: no engine answers.
         """
 
     @abstractmethod
-    async def find_session(self, id_or_name: str) -> SessionInfo:
-        """The session with this id or name.
+    async def find_session(self, id_or_name: str, *, all_homes: bool = False) -> SessionInfo:
+        """The session with this id or name, among this home's sessions (every home's with ``all_homes``).
 
         Raises:
             SessionNotFound: no such session.
@@ -150,10 +169,12 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def gc(self) -> list[str]:
-        """Remove what sessions left behind: our labelled containers that are Created (older than
-        ``docker.gc_min_age_s``), Exited or dead, and our workspace volumes whose container is gone. Never touches
-        anything without our labels. Returns the removed containers' and volumes' names.
+    async def gc(self, *, all_homes: bool = False) -> GcReport:
+        """Remove what this home's sessions (every home's with ``all_homes``) left behind: our labelled
+        containers that are Created (older than ``docker.gc_min_age_s``), Exited or dead, and the workspace volumes
+        of unnamed sessions whose container is gone. A named session's workspace volume is never removed here
+        (only by stopping that session): its stopped container goes, its data stays and is reported as kept.
+        Never touches anything without our labels.
 
         Raises:
             EngineUnavailable: no engine answers.

@@ -101,8 +101,8 @@ class BackendConformance(ABC):
         """gc never removes a running session."""
         with trio.fail_after(_BOUND_S):
             async with _session(backend, profile, owner) as info:
-                removed = await backend.gc()
-                assert not any(info.id in item for item in removed)
+                report = await backend.gc()
+                assert not any(info.id in item for item in report.removed + report.kept)
                 assert await backend.status(info.id) == "running"
 
     async def test_unknown_and_malformed_ids_are_not_found(self, backend: Backend) -> None:

@@ -71,3 +71,34 @@ def test_image_build_is_quiet_in_json_and_reports_up_to_date(base_image: str, ho
     assert _json(done)["image"]["action"] == "skipped"
     images = _json(_executor(home, "image", "ls"))["images"]
     assert any(base_image in i["tags"] and i["kind"] == "session" for i in images)
+
+
+def test_two_homes_and_a_named_session_that_survives_a_stop(base_image: str, home: Path, tmp_path: Path) -> None:
+    """Another home neither lists, stops nor cleans up this home's session (unless --all); after the container
+    stops, this home's gc removes it but keeps the workspace, and `exec --session NAME` recreates it on the data."""
+    other = tmp_path / "other-home"
+    other.mkdir()
+    name = "cli-" + os.urandom(4).hex()
+    started = _executor(home, "exec", "--session", name, "--", "echo precious > keep.txt")
+    assert started.returncode == 0, started.stdout + started.stderr
+    session = _json(started)["session"]
+    try:
+        assert name not in {s["name"] for s in _json(_executor(other, "session", "ls"))["sessions"]}
+        assert name in {s["name"] for s in _json(_executor(other, "session", "ls", "--all"))["sessions"]}
+        refused = _executor(other, "session", "stop", name)
+        assert refused.returncode == 2 and "no session" in _json(refused)["error"]
+        cleaned = _json(_executor(other, "session", "gc"))
+        assert not any(session in item for item in cleaned["removed"] + cleaned["kept"])
+        # what a dockerd restart does to a running session (gc right after: the other home's part is in test_gc)
+        stopped = subprocess.run(["docker", "stop", "-t", "1", f"executor-{session}"], capture_output=True, timeout=60)
+        assert stopped.returncode == 0
+        mine = _json(_executor(home, "session", "gc"))
+        assert f"executor-{session}" in mine["removed"] and mine["kept"] == [f"executor-{session}-workspace"]
+        (listed,) = [s for s in _json(_executor(home, "session", "ls"))["sessions"] if s["name"] == name]
+        assert listed["workspace_only"] is True
+        again = _executor(home, "exec", "--session", name, "--", "cat keep.txt")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert _json(again)["session"] == session and "precious" in _json(again)["text"]
+    finally:
+        _executor(home, "session", "stop", name)
+    assert name not in {s["name"] for s in _json(_executor(home, "session", "ls"))["sessions"]}

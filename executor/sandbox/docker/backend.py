@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from executor.ids import new_session_id, validate_session_id, validate_session_n
 from executor.sandbox.base import (
     Backend,
     ContainerState,
+    GcReport,
     SessionInfo,
     SessionStatus,
 )
@@ -27,6 +29,7 @@ from executor.sandbox.docker.hardening import (
     AGENT_PATH,
     AGENT_SOCKET,
     LABEL_CREATED,
+    LABEL_HOME,
     LABEL_NAME,
     LABEL_OWNER,
     LABEL_PROFILE,
@@ -39,15 +42,20 @@ from executor.sandbox.docker.hardening import (
 )
 from executor.sandbox.docker.images import ensure_agent_image, ensure_image
 
-__all__ = ["DockerBackend"]
+__all__ = ["DockerBackend", "home_identity"]
 
 _SOCKET_NAME: Final = "agent.sock"
 # sun_path holds 108 bytes; longer host paths are reached through /proc/self/fd/<dirfd>/agent.sock.
 _SUN_PATH_MAX: Final = 100
 _CLEANUP_BUDGET_S: Final = 15.0
 _SESSION_LABELS: Final = frozenset(
-    {LABEL_OWNER, LABEL_SESSION, LABEL_CREATED, LABEL_PROFILE, LABEL_NAME, LABEL_TRANSPORT}
+    {LABEL_OWNER, LABEL_SESSION, LABEL_CREATED, LABEL_PROFILE, LABEL_NAME, LABEL_TRANSPORT, LABEL_HOME}
 )
+
+
+def home_identity(home: Path) -> str:
+    """The value of a session's ``executor.home`` label: 16 hex digits of the SHA-256 of the resolved home path."""
+    return hashlib.sha256(os.path.realpath(home).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def _now() -> datetime:
@@ -62,7 +70,9 @@ def _parse_created(value: str | None) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _info(container_id: str, image: str, state: str, labels: dict[str, str]) -> SessionInfo:
+def _info(
+    container_id: str, image: str, state: str, labels: dict[str, str], *, workspace_only: bool = False
+) -> SessionInfo:
     known: tuple[ContainerState, ...] = ("created", "running", "paused", "restarting", "removing", "exited", "dead")
     transport = labels.get(LABEL_TRANSPORT)
     return SessionInfo(
@@ -76,6 +86,7 @@ def _info(container_id: str, image: str, state: str, labels: dict[str, str]) -> 
         owner=labels.get(LABEL_OWNER) or None,
         transport="exec" if transport == "exec" else "socket",
         labels={key: value for key, value in labels.items() if key in _SESSION_LABELS},
+        workspace_only=workspace_only,
     )
 
 
@@ -119,6 +130,8 @@ class DockerBackend(Backend):
         """The engine connection (threads, retries, error mapping)."""
         self.settings = settings
         """The whole settings object (docker, images, agent sections and the home folder)."""
+        self.home_id = home_identity(settings.home)
+        """This home's identity (the ``executor.home`` label of the sessions it owns)."""
 
     @classmethod
     async def create(cls, settings: Settings) -> DockerBackend:
@@ -179,13 +192,21 @@ class DockerBackend(Backend):
         owner: str | None = None,
     ) -> SessionInfo:
         """See :meth:`Backend.open_session`."""
+        reuse: SessionInfo | None = None
         if name is not None:
             validate_session_name(name)
-            live = [s for s in await self.list_sessions() if s.name == name and s.state != "exited"]
+            same = [s for s in await self.list_sessions() if s.name == name]
+            live = [s for s in same if s.state not in ("exited", "dead")]
             if live:
                 raise ValueError(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
+            if same:
+                # A stopped named session (its container exited, or gc removed it) keeps its workspace: the new
+                # container is that session again, on the same volume, under the same id.
+                reuse = same[-1]
+                if (reuse.owner or None) != (owner or None):
+                    raise ValueError(f"session name {name!r} is kept for another owner; pick another name")
         transport = self.transport
-        session_id = new_session_id()
+        session_id = reuse.id if reuse is not None else new_session_id()
         image = await ensure_image(self.engine, self.settings.images, profile.image)
         binary = await agent_binary(self.settings)
         if transport == "exec":
@@ -197,17 +218,21 @@ class DockerBackend(Backend):
             LABEL_PROFILE: profile_name,
             LABEL_NAME: name or "",
             LABEL_TRANSPORT: transport,
+            LABEL_HOME: self.home_id,
         }
         run_dir: Path | None = None
+        if reuse is not None:
+            await self._remove(session_id, graceful=False, keep_volume=True)
         try:
             if transport == "socket":
                 run_dir = self._run_dir(session_id)
                 await trio.to_thread.run_sync(_make_private_dir, run_dir)
-            await self.engine.call(
-                lambda: self.engine.client.api.create_volume(name=volume_name(session_id), labels=labels),
-                what=f"create volume for {session_id}",
-                idempotent=False,
-            )
+            if reuse is None or not await self._volume_exists(session_id):
+                await self.engine.call(
+                    lambda: self.engine.client.api.create_volume(name=volume_name(session_id), labels=labels),
+                    what=f"create volume for {session_id}",
+                    idempotent=False,
+                )
             kwargs = container_kwargs(
                 profile=profile,
                 agent=self.settings.agent,
@@ -229,8 +254,18 @@ class DockerBackend(Backend):
             return await self.find_session(session_id)
         except BaseException:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
-                await self._remove(session_id, graceful=False)
+                await self._remove(session_id, graceful=False, keep_volume=reuse is not None)
             raise
+
+    async def _volume_exists(self, session_id: str) -> bool:
+        volume = volume_name(session_id)
+        try:
+            await self.engine.call(
+                lambda: self.engine.client.api.inspect_volume(volume), what=f"inspect {volume}", idempotent=True
+            )
+        except SessionNotFound:
+            return False
+        return True
 
     async def _wait_ready(self, session_id: str, transport: Transport) -> None:
         timeout = self.settings.agent.connect_timeout_s
@@ -304,6 +339,14 @@ class DockerBackend(Backend):
         info = await self.find_session(session_id)
         await self._check_healthy(info)
         if info.state != "running":
+            if info.name:
+                container = "is gone" if info.workspace_only else "stopped"
+                raise SandboxLost(
+                    f"session {info.name} is not running (its container {container}; its workspace is kept): "
+                    f"`executor exec --session {info.name}` or `executor session start --name {info.name}` "
+                    "recreates its container on that workspace, `executor session stop "
+                    f"{info.name}` deletes it"
+                )
             raise SandboxLost(f"session {session_id} is {info.state}; start a new one")
         if info.transport == "socket":
             try:
@@ -345,7 +388,7 @@ class DockerBackend(Backend):
         validate_session_id(session_id)
         await self._remove(session_id, graceful=True)
 
-    async def _remove(self, session_id: str, *, graceful: bool) -> None:
+    async def _remove(self, session_id: str, *, graceful: bool, keep_volume: bool = False) -> None:
         name = container_name(session_id)
         api = self.engine.client.api
         state = await self._state(session_id)
@@ -362,49 +405,77 @@ class DockerBackend(Backend):
                 self.engine.call(lambda: api.remove_container(name, force=True), what=f"remove {name}", idempotent=True)
             )
         volume = volume_name(session_id)
-        await _ignore_missing(
-            self.engine.call(lambda: api.remove_volume(volume, force=True), what=f"remove {volume}", idempotent=True)
-        )
+        if not keep_volume:
+            await _ignore_missing(
+                self.engine.call(
+                    lambda: api.remove_volume(volume, force=True), what=f"remove {volume}", idempotent=True
+                )
+            )
         if self.engine.is_local:
             await trio.to_thread.run_sync(shutil.rmtree, self._run_dir(session_id), True)
         await trio.to_thread.run_sync(self._unhealthy_path(session_id).unlink, True)
 
-    async def _rows(self) -> list[dict[str, Any]]:
+    def _label_filter(self, all_homes: bool) -> dict[str, list[str]]:
+        return {"label": [LABEL_SESSION] if all_homes else [LABEL_SESSION, f"{LABEL_HOME}={self.home_id}"]}
+
+    async def _rows(self, *, all_homes: bool = False) -> list[dict[str, Any]]:
+        filters = self._label_filter(all_homes)
         rows: list[dict[str, Any]] = await self.engine.call(
-            lambda: self.engine.client.api.containers(all=True, filters={"label": LABEL_SESSION}),
+            lambda: self.engine.client.api.containers(all=True, filters=filters),
             what="list session containers",
             idempotent=True,
         )
         return [row for row in rows if _ours(row.get("Labels"))]
 
-    async def list_sessions(self, *, owner: str | None = None) -> list[SessionInfo]:
-        """See :meth:`Backend.list_sessions`."""
-        infos = [
-            _info(row["Id"], row.get("Image", ""), row.get("State", ""), row["Labels"]) for row in await self._rows()
+    async def _volumes(self, *, all_homes: bool = False) -> list[dict[str, Any]]:
+        """Our workspace volumes (labelled, and named after the session their labels give)."""
+        filters = self._label_filter(all_homes)
+        answer: dict[str, Any] = await self.engine.call(
+            lambda: self.engine.client.api.volumes(filters=filters), what="list session volumes", idempotent=True
+        )
+        return [
+            volume
+            for volume in answer.get("Volumes") or []
+            if _ours(volume.get("Labels")) and volume.get("Name") == volume_name(volume["Labels"][LABEL_SESSION])
         ]
+
+    async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:
+        """See :meth:`Backend.list_sessions`."""
+        rows = await self._rows(all_homes=all_homes)
+        infos = [_info(row["Id"], row.get("Image", ""), row.get("State", ""), row["Labels"]) for row in rows]
+        seen = {info.id for info in infos}
+        for volume in await self._volumes(all_homes=all_homes):
+            labels: dict[str, str] = volume["Labels"]
+            if labels.get(LABEL_NAME) and labels[LABEL_SESSION] not in seen:
+                infos.append(_info("", "", "exited", labels, workspace_only=True))
         if owner is not None:
             infos = [info for info in infos if info.owner == owner]
         return sorted(infos, key=lambda info: (info.created_at, info.id))
 
-    async def find_session(self, id_or_name: str) -> SessionInfo:
+    async def find_session(self, id_or_name: str, *, all_homes: bool = False) -> SessionInfo:
         """See :meth:`Backend.find_session`."""
         key = LABEL_SESSION
         try:
             validate_session_id(id_or_name)
         except SessionNotFound:
             key = LABEL_NAME
-        for info in await self.list_sessions():
-            if (info.id if key == LABEL_SESSION else info.name) == id_or_name:
-                return info
+        found = [
+            info
+            for info in await self.list_sessions(all_homes=all_homes)
+            if (info.id if key == LABEL_SESSION else info.name) == id_or_name
+        ]
+        if found:
+            return next((info for info in found if info.state == "running"), found[-1])
         raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists them")
 
-    async def gc(self) -> list[str]:
+    async def gc(self, *, all_homes: bool = False) -> GcReport:
         """See :meth:`Backend.gc`."""
         removed: list[str] = []
+        kept: list[str] = []
         min_age = self.settings.docker.gc_min_age_s
         now = _now()
         live: set[str] = set()
-        for row in await self._rows():
+        for row in await self._rows(all_homes=all_homes):
             labels: dict[str, str] = row["Labels"]
             session_id = labels[LABEL_SESSION]
             state = row.get("State", "")
@@ -413,25 +484,27 @@ class DockerBackend(Backend):
             if not reap:
                 live.add(session_id)
                 continue
-            await self._remove(session_id, graceful=False)
+            # A named session's container that merely stopped (a dockerd restart does that) goes; its data stays
+            # until someone stops that session.
+            named = bool(labels.get(LABEL_NAME))
+            await self._remove(session_id, graceful=False, keep_volume=named)
             removed.append(container_name(session_id))
-        answer: dict[str, Any] = await self.engine.call(
-            lambda: self.engine.client.api.volumes(filters={"label": LABEL_SESSION}),
-            what="list session volumes",
-            idempotent=True,
-        )
-        for volume in answer.get("Volumes") or []:
-            labels = volume.get("Labels") or {}
-            if not _ours(labels) or labels[LABEL_SESSION] in live:
+            (kept if named else removed).append(volume_name(session_id))
+        for volume in await self._volumes(all_homes=all_homes):
+            labels = volume["Labels"]
+            name = str(volume["Name"])
+            if labels[LABEL_SESSION] in live:
                 continue
-            if volume.get("Name") != volume_name(labels[LABEL_SESSION]):
+            if labels.get(LABEL_NAME):
+                if name not in kept:
+                    kept.append(name)
                 continue
             age = (now - _parse_created(labels.get(LABEL_CREATED))).total_seconds()
             if age < min_age:
                 continue
             await self._remove(labels[LABEL_SESSION], graceful=False)
-            removed.append(str(volume["Name"]))
-        return removed
+            removed.append(name)
+        return GcReport(removed=tuple(removed), kept=tuple(kept))
 
     async def aclose(self) -> None:
         """See :meth:`Backend.aclose`."""

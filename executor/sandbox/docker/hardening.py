@@ -21,6 +21,7 @@ __all__ = [
     "AGENT_PATH",
     "AGENT_SOCKET",
     "LABEL_CREATED",
+    "LABEL_HOME",
     "LABEL_NAME",
     "LABEL_OWNER",
     "LABEL_PROFILE",
@@ -61,6 +62,9 @@ LABEL_CREATED: Final = "executor.created"
 LABEL_PROFILE: Final = "executor.profile"
 LABEL_NAME: Final = "executor.name"
 LABEL_TRANSPORT: Final = "executor.transport"
+LABEL_HOME: Final = "executor.home"
+"""The identity of the executor home that owns a session (a hash of its resolved path): listing, attaching,
+stopping and clean-up act on their own home's sessions unless told otherwise (``--all``)."""
 
 
 def container_name(session_id: str) -> str:

@@ -195,7 +195,10 @@ async def test_an_unnamed_session_without_a_host_ends_itself(backend_factory: An
                         break
                     await trio.sleep(0.25)
             assert await backend.status(named.id) == "running"
-            assert ephemeral.id in " ".join(await backend.gc()) or await backend.status(ephemeral.id) == "missing"
+            assert (
+                ephemeral.id in " ".join((await backend.gc()).removed)
+                or await backend.status(ephemeral.id) == "missing"
+            )
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(30):
                 await backend.stop_session(ephemeral.id)
