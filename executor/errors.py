@@ -144,6 +144,10 @@ class TaskNotFound(CommandError, LookupError):
 class WriteError(ExecutorError):
     """The write tool refused or failed a write."""
 
+    committed: bool = False
+    """True when this write's rename already happened (the message then says what the target holds now); False
+    means the write changed nothing on disk."""
+
 
 class PathRejected(WriteError, ValueError):
     """A path refused before any container call (NUL, newline, too long, escapes the workspace, denied)."""

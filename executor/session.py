@@ -634,7 +634,9 @@ class Session:
             result = await self._writer.execute(prepared, data)
         except WriteError as exc:
             outcome = "error"
-            summary = f"[write refused: {exc}]\nnothing was written to {prepared.path}"
+            summary = f"[write refused: {exc}]"
+            if not exc.committed:
+                summary += f"\nnothing was written to {prepared.path}"
         else:
             data_out = result.model_dump(mode="json")
             verb = "created" if result.created else "replaced"

@@ -149,6 +149,27 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _on_disk_now(now: object, path: str, expected_sha: str | None) -> str:
+    """What a write whose rename happened left at ``path``, from the agent's ``now`` state, in one clause."""
+    try:
+        state = FileState.model_validate(now)
+    except ValidationError:
+        return f"the rename happened, and what {path} holds now could not be looked at: check it before writing again"
+    if state.kind == "missing":
+        return f"the rename happened, but {path} no longer exists (something removed it right after)"
+    if state.kind != "regular":
+        return f"the rename happened, but {path} is now a {state.kind} (something replaced it right after)"
+    if state.sha256 is None:
+        return f"the rename happened: {path} now holds {state.size} bytes the session user cannot read back"
+    if expected_sha is not None and state.sha256 == expected_sha:
+        return f"the rename happened: {path} now holds exactly the content prepared (sha256 {state.sha256[:16]}…)"
+    expected = f", not the content prepared (sha256 {expected_sha[:16]}…)" if expected_sha else ""
+    return (
+        f"the rename happened: {path} now holds {state.size} bytes with sha256 {state.sha256[:16]}…{expected}; "
+        "something changed it during or right after the write: check it before writing again"
+    )
+
+
 def _expect_arg(state: FileState) -> str:
     """The agent's ``--expect`` form of a reviewed state."""
     if state.kind == "missing":
@@ -382,7 +403,9 @@ class WriteTool:
             "--content-sha256",
             prepared.content_sha256,
         ]
-        out, _ = await self._call(argv, prepared.path, stdin=content, cap=_OUTPUT_CAP, phase="execute")
+        out, _ = await self._call(
+            argv, prepared.path, stdin=content, cap=_OUTPUT_CAP, phase="execute", expected_sha=prepared.content_sha256
+        )
         try:
             result = WriteResult.model_validate({k: out.get(k) for k in WriteResult.model_fields})
         except ValidationError as exc:
@@ -433,7 +456,14 @@ class WriteTool:
             raise AgentProtocolError(f"the agent described {path} with an unexpected shape: {exc}") from exc
 
     async def _call(
-        self, argv: list[str], path: str, *, stdin: bytes | None, cap: int, phase: str
+        self,
+        argv: list[str],
+        path: str,
+        *,
+        stdin: bytes | None,
+        cap: int,
+        phase: str,
+        expected_sha: str | None = None,
     ) -> tuple[dict[str, Any], bytes]:
         """Run one file operation; return its JSON answer and the raw bytes after it, or raise its error."""
         size = len(stdin) if stdin is not None else 0
@@ -471,13 +501,17 @@ class WriteTool:
             )
         if run.exit_code == 0 and out.get("ok") is True:
             return out, tail
-        self._raise(out, path, phase)
+        self._raise(out, path, phase, expected_sha)
 
-    def _raise(self, out: dict[str, Any], path: str, phase: str) -> NoReturn:
+    def _raise(self, out: dict[str, Any], path: str, phase: str, expected_sha: str | None = None) -> NoReturn:
         code = str(out.get("error", ""))
         message = str(out.get("message", "")) or f"{phase} of {path} failed ({code or 'no error code'})"
         if out.get("committed") is True:
-            message += f" (the rename already happened: {path} may hold the new content)"
+            err = WriteFailed(f"{message}; {_on_disk_now(out.get('now'), path, expected_sha)}")
+            err.committed = True
+            raise err
+        if phase == "execute":
+            message += "; this write changed nothing on disk"
         if code in ("symlink", "not_regular"):
             raise UnsafeTarget(message)
         if code == "changed_since_review":

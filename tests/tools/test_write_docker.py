@@ -134,3 +134,37 @@ async def test_unsafe_and_stale_writes_are_refused_in_a_real_container(settings:
         with pytest.raises(ActionConsumed):
             await s.tool.execute(prepared, b"1")
         assert await s.sh("ls -A | grep -c executor- || true") == "0\n"
+
+
+async def test_a_write_result_states_what_is_on_disk(settings: Settings) -> None:
+    """A write refused before its rename says it changed nothing; one whose staging file a racing process of the
+    session wrote to (after the content was hashed) says the rename happened and exactly what the target now
+    holds, and that is what a reader finds there."""
+    async with open_session(settings) as s:
+        await s.sh("echo v1 > notes.txt")
+        prepared = await s.tool.prepare("notes.txt", b"mine\n")
+        await s.sh("echo v2 > notes.txt")
+        with pytest.raises(ChangedSinceReview, match=r"this write changed nothing on disk$") as refused:
+            await s.tool.execute(prepared, b"mine\n")
+        assert refused.value.committed is False
+        assert await s.sh("cat notes.txt") == "v2\n"
+
+        # the racer overwrites the first byte of every staging file of big.bin while the agent copies and renames it
+        racer = (
+            "(timeout 60 bash -c 'while [ ! -e stop-racer ]; do for f in .big.bin.executor-*; do "
+            '[ -f "$f" ] && printf X 1<>"$f"; done; done\' >/dev/null 2>&1 &)'
+        )
+        spec = RunSpec(command=racer, cwd="/workspace", timeout_ms=20_000, grace_ms=500, drain_ms=500)
+        spec = spec.model_copy(update={"kill_orphans": False})
+        assert (await s.client.run(spec, _Sink())).exit_code == 0
+        content = b"\0" + os.urandom(12 * 1024 * 1024)  # the racer writes an X over the first byte
+        try:
+            prepared = await s.tool.prepare("big.bin", content)
+            with pytest.raises(WriteFailed, match=r"the rename happened: /workspace/big\.bin now holds") as raced:
+                await s.tool.execute(prepared, content)
+        finally:
+            await s.sh("touch stop-racer")
+        assert raced.value.committed is True
+        assert "not the content prepared" in str(raced.value) and "nothing was written" not in str(raced.value)
+        size, digest = (await s.sh("stat -c %s big.bin; sha256sum big.bin | cut -c1-16")).split()
+        assert f"now holds {size} bytes with sha256 {digest}…" in str(raced.value)

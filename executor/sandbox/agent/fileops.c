@@ -31,12 +31,15 @@
  *             bytes (the first L bytes of the file; state.sha256 is set only when the whole file was read)
  *   fs-write  {"ok": true, "path": P, "created": bool, "state": STATE, "mode_kept": bool, "owner_kept": bool,
  *              "dir_synced": bool, "verified": "name" | "descriptor"}
- *   error     {"error": CODE, "component": PATH_OR_EMPTY, "message": TEXT, "committed": bool[, "kind": K]}
+ *   error     {"error": CODE, "component": PATH_OR_EMPTY, "message": TEXT, "committed": bool[, "kind": K]
+ *              [, "now": STATE | null]}
  *
  * Error codes: usage (exit 2), bad_path, symlink, not_directory, not_found, not_regular, changed_since_review,
  * unstable, too_large, content_mismatch, read_only, permission, no_space, file_size_limit, verify_failed, io
  * (exit 1). `committed` is true only when the rename already happened (a later fsync or the read-back failed):
- * the target then holds the new content's inode but the write could not be confirmed.
+ * the target then holds the staged inode but the write could not be confirmed, and `now` says what the path holds
+ * at the moment of the error (its STATE with the digest of its content when readable; null when it cannot be
+ * looked at). `committed` false means this call changed nothing on disk (its staging file is removed).
  */
 #define _GNU_SOURCE
 #include "fileops.h"
@@ -192,6 +195,7 @@ static struct {
 } g_out;
 
 static volatile sig_atomic_t g_committed; /* the rename happened: errors from here on say so */
+static void out_now(void);                 /* after a commit: what the path holds now (defined below) */
 
 static void out_raw(const char *s, size_t n)
 {
@@ -308,6 +312,11 @@ __attribute__((format(printf, 4, 5))) static int fail_kind(const char *code, con
     out_lit(",");
     out_key("committed");
     out_lit(g_committed ? "true" : "false");
+    if (g_committed) {
+        out_lit(",");
+        out_key("now");
+        out_now();
+    }
     if (kind != NULL) {
         out_lit(",");
         out_key("kind");
@@ -631,6 +640,43 @@ static int stat_target(const struct walk *w, struct fstate *s, struct stat *st_o
     }
     return fail("unstable", w->path, "%s kept changing while it was read (%d tries); try again when it is quiet",
                 w->path, FO_STAT_TRIES);
+}
+
+static const struct walk *g_commit_walk; /* set with g_committed: the path whose state `now` reports */
+
+/* The state of the committed path, printed quietly (no error output of its own): a digest when it can be read
+ * unchanged, no digest when it cannot, null when it cannot even be looked at. */
+static void out_now(void)
+{
+    const struct walk *w = g_commit_walk;
+    struct stat st, before, after;
+    if (w == NULL || fstatat(w->dirfd, w->name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (w != NULL && errno == ENOENT) {
+            struct fstate gone;
+            state_missing(&gone);
+            out_state(&gone);
+            return;
+        }
+        out_lit("null");
+        return;
+    }
+    struct fstate s;
+    state_from_stat(&s, &st);
+    if (S_ISREG(st.st_mode)) {
+        int fd = openat(w->dirfd, w->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd >= 0) {
+            sha256_ctx c;
+            sha256_init(&c);
+            if (fstat(fd, &before) == 0 && hash_fd(fd, &c, NULL, 0, NULL) == 0 && fstat(fd, &after) == 0 &&
+                same_version(&before, &after)) {
+                state_from_stat(&s, &before);
+                sha256_final_hex(&c, s.sha);
+                s.has_sha = true;
+            }
+            close(fd);
+        }
+    }
+    out_state(&s);
 }
 
 /* ---------------------------------------------------------------- argument parsing */
@@ -1161,6 +1207,7 @@ static int cmd_write(int argc, char **argv)
             rc = fail_errno(e, w.path, "renaming the staging file over");
         goto out_stage;
     }
+    g_commit_walk = &w;
     g_committed = true;
     stage_forget();
 
