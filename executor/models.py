@@ -112,6 +112,12 @@ class RunResult(_Model):
     """Of those, the ones the agent killed (``orphans = "kill"``)."""
     drain_cut: bool = False
     """True when the post-exit drain bound cut off a descendant still holding a pipe."""
+    pids_limit_hits: int = 0
+    """Forks the container's pids limit refused during the run (the cgroup's ``pids.events`` ``max`` counter; it is
+    per container, so a concurrent command's refusals count too)."""
+    tmpfs_bytes: int | None = None
+    """For an ``oom`` run: bytes of tmpfs files (``/tmp``, the home, ``/dev/shm``) charged to the memory limit when
+    the run ended; they survive the kill and keep the memory taken until they are deleted."""
 
     @property
     def display_code(self) -> int:

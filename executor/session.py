@@ -211,6 +211,22 @@ def _orphans_note(result: RunResult) -> str:
     return "\n".join(lines) + "]"
 
 
+def _limits_note(result: RunResult, profile: Profile) -> str:
+    """Name the container limit a run ran into (pids, or memory held by tmpfs files), or nothing."""
+    notes = []
+    if result.pids_limit_hits:
+        notes.append(
+            f"[the session's pids limit (pids={profile.pids}) refused {result.pids_limit_hits} fork(s) during this "
+            "run (EAGAIN: 'Resource temporarily unavailable'): processes could not start; end what still runs]"
+        )
+    if result.cause == "oom" and result.tmpfs_bytes:
+        notes.append(
+            f"[the memory limit ({profile.memory // 2**20} MiB) was reached; tmpfs files (/tmp, the home, /dev/shm) "
+            f"held {result.tmpfs_bytes / 2**20:.1f} MiB of it and still do: delete them to free that memory]"
+        )
+    return "\n".join(notes)
+
+
 def _owner_matches(expected: str | None, given: str | None) -> bool:
     if expected is None:
         return True
@@ -575,6 +591,8 @@ class Session:
         )
         parts = [_run_header(result, spec.timeout_ms, spec.grace_ms), view]
         if note := _orphans_note(result):
+            parts.append(note)
+        if note := _limits_note(result, self.profile):
             parts.append(note)
         if result.drain_cut:
             parts.append("[a process still held the output pipes after the command exited; reading stopped]")

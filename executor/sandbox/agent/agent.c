@@ -499,6 +499,8 @@ struct run {
     char tag[64];
     const char *shell;
     uint64_t oom_before;
+    uint64_t pids_max_before;
+    uint64_t pids_max_hits; /* fork refusals at the pids limit during the run (cgroup pids.events "max") */
     int finished;
     int remove;            /* foreground: free at the end of this loop iteration */
     const char *cause;
@@ -510,28 +512,48 @@ struct run {
 static struct run *g_runs;
 static int g_ntasks;
 
-static uint64_t read_oom_kills(void)
+/* The counter `key` ("name ") at the start of a line of the first readable cgroup file among v2 then v1 paths. */
+static uint64_t read_cgroup_counter(const char *v2, const char *v1, const char *key)
 {
-    /* cgroup v2 (memory.events) first, then v1 (memory.oom_control); both carry "oom_kill N". */
-    static const char *paths[] = {"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"};
+    const char *paths[] = {v2, v1};
+    size_t klen = strlen(key);
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             continue;
-        char data[1024];
+        char data[8192]; /* memory.stat is a few KiB; a key past the end reads as 0 */
         ssize_t n = read(fd, data, sizeof data - 1);
         close(fd);
         if (n <= 0)
             continue;
         data[n] = '\0';
         char *p = data;
-        while ((p = strstr(p, "oom_kill ")) != NULL) {
+        while ((p = strstr(p, key)) != NULL) {
             if (p == data || p[-1] == '\n')
-                return strtoull(p + 9, NULL, 10);
-            p += 9;
+                return strtoull(p + klen, NULL, 10);
+            p += klen;
         }
     }
     return 0;
+}
+
+static uint64_t read_oom_kills(void)
+{
+    /* cgroup v2 (memory.events) first, then v1 (memory.oom_control); both carry "oom_kill N". */
+    return read_cgroup_counter("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control",
+                               "oom_kill ");
+}
+
+static uint64_t read_pids_max_events(void)
+{
+    /* "max N": how many forks the pids controller refused at pids.max (v2 and v1 alike). */
+    return read_cgroup_counter("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events", "max ");
+}
+
+static uint64_t read_shmem_bytes(void)
+{
+    /* tmpfs and /dev/shm pages charged to the container: they stay after the OOM killer freed the processes. */
+    return read_cgroup_counter("/sys/fs/cgroup/memory.stat", "/sys/fs/cgroup/memory/memory.stat", "shmem ");
 }
 
 static void signal_group(struct run *r, int sig)
@@ -713,6 +735,7 @@ static int spawn(struct run *r, struct run_req *req, char *err, size_t errlen)
         goto fail;
     }
     r->oom_before = read_oom_kills();
+    r->pids_max_before = read_pids_max_events();
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(err, errlen, "fork: %s (the container may be at its pids limit)", strerror(errno));
@@ -935,6 +958,9 @@ static void fb_result(struct run *r, uint32_t send_max)
     fb_int(G_DRAIN_CUT, r->drain_cut);
     fb_str(G_SHELL, r->shell);
     fb_str(G_TAG, r->tag);
+    fb_int(G_PIDS_MAX_HITS, (int64_t)r->pids_max_hits);
+    if (r->cause != NULL && strcmp(r->cause, "oom") == 0)
+        fb_int(G_SHMEM_BYTES, (int64_t)read_shmem_bytes());
     for (int i = 0; i < r->left.n && fb_room(send_max) > 2 * (TLV_HDR + 8 + CMDLINE_MAX) + 512; i++)
         fb_proc(G_ORPHAN_LEFT, r->left.v[i].pid, r->left.v[i].cmd);
     for (int i = 0; i < r->killed.n && fb_room(send_max) > 2 * (TLV_HDR + 8 + CMDLINE_MAX) + 512; i++)
@@ -967,6 +993,7 @@ static void finish_run(struct run *r)
     r->duration_us = now_us() - r->start_us;
     kill_leftovers(r);
     uint64_t oom_delta = read_oom_kills() - r->oom_before;
+    r->pids_max_hits = read_pids_max_events() - r->pids_max_before;
     int sig = WIFSIGNALED(r->status) ? WTERMSIG(r->status) : 0;
     int code = WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1;
     if (r->killing)

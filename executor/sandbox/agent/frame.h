@@ -79,6 +79,8 @@ enum {
     G_ORPHAN_KILLED = 29, /* 8-byte pid + cmdline */
     G_DRAIN_CUT = 30,
     G_SHELL = 31,
+    G_PIDS_MAX_HITS = 32,
+    G_SHMEM_BYTES = 33,
     G_DATA = 40,
     G_START = 41,
     G_END = 42,

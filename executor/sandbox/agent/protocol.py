@@ -111,6 +111,8 @@ class Tag(IntEnum):
     ORPHAN_KILLED = 29
     DRAIN_CUT = 30
     SHELL = 31
+    PIDS_MAX_HITS = 32
+    SHMEM_BYTES = 33
     DATA = 40
     START = 41
     END = 42
@@ -301,6 +303,8 @@ def decode_result(fields: Fields) -> RunResult:
         orphans_left=decode_procs(fields, Tag.ORPHAN_LEFT),
         orphans_killed=decode_procs(fields, Tag.ORPHAN_KILLED),
         drain_cut=bool(fields.integer(Tag.DRAIN_CUT, 0)),
+        pids_limit_hits=fields.integer(Tag.PIDS_MAX_HITS, 0) or 0,
+        tmpfs_bytes=fields.integer(Tag.SHMEM_BYTES),
     )
 
 
