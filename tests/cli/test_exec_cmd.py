@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -96,3 +98,45 @@ def test_bad_input_exits_2_before_any_session(home: Path) -> None:
     bad_focus = cli(home, "exec", "--focus-mode", "loud", "--", "true")
     assert bad_focus.code == 2 and "--focus-mode 'loud'" in bad_focus.stderr
     assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+
+
+def test_a_paused_session_gives_exit_125_unresponsive_then_a_clear_error(home: Path) -> None:
+    """The issue's reproduction: `docker pause` 'before' was printed: the call ends (outcome unresponsive, exit
+    125, the output kept) instead of hanging, and the next call on that session says it is unhealthy."""
+    import os
+    import sys
+    import time
+
+    env = {**os.environ, "EXECUTOR_HOME": str(home), "EXECUTOR_AGENT__HOST_MARGIN_S": "1"}
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        container = f"executor-{cli(home, '--json', 'session', 'ls').json()['sessions'][0]['id']}"
+        argv = [sys.executable, "-m", "executor.cli", "--json", "exec", "--session", name, "--timeout-ms", "2000"]
+        proc = subprocess.Popen(
+            [*argv, "--", "echo before; sleep 30"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        paused = False
+        try:
+            deadline = time.monotonic() + 60
+            while not any(b"before" in p.read_bytes() for p in home.rglob("stdout.part")):
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.02)
+            subprocess.run(["docker", "pause", container], check=True, capture_output=True, timeout=30)
+            paused = True
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            if paused:
+                subprocess.run(["docker", "unpause", container], capture_output=True, timeout=30)
+        assert proc.returncode == 125, err
+        data = json.loads(out)
+        assert (data["outcome"], data["exit_code"], data["run"]["cause"]) == ("unresponsive", 125, "unresponsive")
+        assert "before" in data["text"]
+        after = cli(home, "--json", "exec", "--session", name, "--", "true")
+        assert after.code == 125
+        assert re.match(rf"^session {name} is unhealthy since .*executor session stop {name}", after.json()["error"])
