@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -483,3 +484,27 @@ async def test_new_files_get_the_configured_mode(client: LocalAgentClient, ws: P
     again = await tool.prepare("kept.sh", b"new\n")
     await tool.execute(again, b"new\n")
     assert (ws / "kept.sh").stat().st_mode & 0o7777 == 0o750
+
+
+_STATE = {"kind": "regular", "mode": 0o644, "uid": 1000, "gid": 1000, "dev": 1, "ino": 2, "size": 5, "mtime_ns": 3}
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        (None, r"what /w/f holds now could not be looked at"),
+        ({**_STATE, "kind": "missing", "size": 0, "sha256": None}, r"/w/f no longer exists"),
+        ({**_STATE, "kind": "directory", "sha256": None}, r"/w/f is now a directory"),
+        ({**_STATE, "sha256": None}, r"/w/f now holds 5 bytes the session user cannot read back"),
+        ({**_STATE, "sha256": "a" * 64}, r"/w/f now holds exactly the content prepared \(sha256 a{16}…\)$"),
+        ({**_STATE, "sha256": "b" * 64}, r"/w/f now holds 5 bytes with sha256 b{16}…, not the content prepared"),
+    ],
+)
+def test_a_committed_write_error_says_what_the_path_holds(now: object, expected: str) -> None:
+    """After the rename, the error states the target's actual state, never that nothing was written."""
+    from executor.tools.write import _on_disk_now
+
+    said = _on_disk_now(now, "/w/f", "a" * 64)
+    assert said.startswith("the rename happened")
+    assert re.search(expected, said)
+    assert "nothing" not in said
