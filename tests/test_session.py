@@ -276,20 +276,23 @@ async def test_artifacts_of_another_session_are_not_found(make_settings: Callabl
 
 
 async def test_opening_an_executor_reaps_leftovers_unless_told_not_to(make_settings: Callable[..., Settings]) -> None:
-    """docker.gc_on_start (default on) removes our exited containers when an executor opens; off leaves them."""
+    """docker.gc_on_start (default on) removes this home's exited containers when an executor opens; off leaves
+    them; another home's are never touched."""
     from executor.errors import ConfigError
     from executor.ids import new_session_id
+    from executor.sandbox.docker import home_identity
 
     assert load_settings().docker.gc_on_start is True
     with pytest.raises(ConfigError, match=r"docker\.gc_on_start"):
         load_settings(overrides={"docker": {"gc_on_start": "sometimes"}})
 
-    async def leftover() -> str:
+    async def leftover(home: str | None = None) -> str:
         session_id = new_session_id()
         await trio.run_process(
             [
                 "docker", "run", "--name", f"executor-{session_id}", "--network", "none",
                 "--label", f"executor.session={session_id}", "--label", "executor.owner=t-gc-start",
+                "--label", f"executor.home={home or home_identity(make_settings().home)}",
                 "--entrypoint", "true", "executor/base:latest",
             ],
             capture_stdout=True,
@@ -302,7 +305,7 @@ async def test_opening_an_executor_reaps_leftovers_unless_told_not_to(make_setti
         )
         return done.returncode == 0
 
-    kept, reaped = await leftover(), await leftover()
+    kept, reaped, foreign = await leftover(), await leftover(), await leftover("0123456789abcdef")
     try:
         async with open_executor(make_settings(docker={"gc_on_start": False})):
             pass
@@ -310,8 +313,9 @@ async def test_opening_an_executor_reaps_leftovers_unless_told_not_to(make_setti
         async with open_executor(make_settings()):
             pass
         assert not await exists(kept) and not await exists(reaped)
+        assert await exists(foreign)
     finally:
         with trio.CancelScope(shield=True):
             await trio.run_process(
-                ["docker", "rm", "-f", kept, reaped], capture_stdout=True, capture_stderr=True, check=False
+                ["docker", "rm", "-f", kept, reaped, foreign], capture_stdout=True, capture_stderr=True, check=False
             )

@@ -1,10 +1,11 @@
 """The Docker backend: the only package that imports ``docker``.
 
-Public: :class:`DockerBackend`, the hardening constants and :func:`container_kwargs`, and the image functions.
+Public: :class:`DockerBackend` (and :func:`home_identity`, its home label), the hardening constants and
+:func:`container_kwargs`, and the image functions.
 """
 
 from executor.sandbox.docker._engine import DockerEngine
-from executor.sandbox.docker.backend import DockerBackend
+from executor.sandbox.docker.backend import DockerBackend, home_identity
 from executor.sandbox.docker.hardening import AGENT_CAPS, container_kwargs, pinned_seccomp
 from executor.sandbox.docker.images import (
     ImageBuildResult,
@@ -23,6 +24,7 @@ __all__ = [
     "build_image",
     "container_kwargs",
     "ensure_image",
+    "home_identity",
     "list_images",
     "pinned_seccomp",
 ]
