@@ -12,8 +12,9 @@ import trio
 
 from executor.config import Profile, load_settings
 from executor.errors import ConfigError
+from executor.ids import new_session_id
 from executor.sandbox.agent.client import open_agent_client
-from executor.sandbox.base import Backend, new_session_id
+from executor.sandbox.base import Backend
 from executor.sandbox.docker import AGENT_CAPS, DockerBackend
 from executor.sandbox.docker.hardening import AGENT_PATH, RUN_DIR, STATE_DIR, agent_command
 
