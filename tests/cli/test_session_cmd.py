@@ -73,6 +73,7 @@ def test_image_build_is_quiet_in_json_and_reports_up_to_date(base_image: str, ho
     assert any(base_image in i["tags"] and i["kind"] == "session" for i in images)
 
 
+@pytest.mark.docker
 def test_two_homes_and_a_named_session_that_survives_a_stop(base_image: str, home: Path, tmp_path: Path) -> None:
     """Another home neither lists, stops nor cleans up this home's session (unless --all); after the container
     stops, this home's gc removes it but keeps the workspace, and `exec --session NAME` recreates it on the data."""

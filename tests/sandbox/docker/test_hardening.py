@@ -206,6 +206,7 @@ async def test_an_unnamed_session_without_a_host_ends_itself(backend_factory: An
                 await backend.stop_session(named.id)
 
 
+@pytest.mark.docker
 async def test_an_images_healthcheck_never_runs_in_a_session(backend_factory: Any, base_image: str) -> None:
     """An image that declares a HEALTHCHECK (run as root by the engine) gets none in a session container."""
     import io
