@@ -366,6 +366,10 @@ class Profile(_Section):
     """Absolute path of the session user's home: a private tmpfs of ``home_size``, and ``HOME`` for commands."""
     read_only_root: bool = True
     """Mount the image's root filesystem read-only."""
+    runtime: Literal["runc", "runsc"] = "runc"
+    """OCI runtime of the container: ``runc`` (shares the host kernel) or ``runsc`` (gVisor: a user-space kernel
+    as a second wall, slower to start and per syscall; the engine must have it registered, see
+    ``images/register-runsc.sh``); under ``runsc`` the agent is reached through the exec bridge."""
     seccomp: Literal["pinned", "engine-default"] = "pinned"
     """``pinned``: the profile shipped with the executor, passed inline; ``engine-default``: the engine's own."""
     log_driver: Literal["none", "capped"] = "none"
@@ -464,6 +468,11 @@ class Profile(_Section):
         return int(self.user.split(":")[1])
 
 
+_SHIPPED_PROFILES: dict[str, dict[str, Any]] = {"default": {}, "untrusted": {"runtime": "runsc"}}
+"""Profiles that always exist: ``default`` (the hardened defaults) and ``untrusted`` (the same under gVisor). A
+settings source naming one refines these values, field by field."""
+
+
 def _default_home() -> Path:
     return Path(platformdirs.user_state_dir("executor"))
 
@@ -483,8 +492,11 @@ class Settings(BaseSettings):
     """State folder: per-session artifacts, the SQLite index, journals, agent binaries and sockets."""
     default_profile: str = "default"
     """Profile used when a session names none."""
-    profiles: dict[str, Profile] = Field(default_factory=lambda: {"default": Profile()})
-    """Named profiles; ``default`` always exists (the hardened defaults unless overridden)."""
+    profiles: dict[str, Profile] = Field(
+        default_factory=lambda: {name: Profile.model_validate(base) for name, base in _SHIPPED_PROFILES.items()}
+    )
+    """Named profiles; ``default`` (the hardened defaults) and ``untrusted`` (the same under gVisor, ``runtime =
+    "runsc"``) always exist unless overridden."""
     backend: str = Field("docker", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
     """Sandbox backend, by its registered name (``docker``); an unknown name fails when a backend is opened, with
     the known names."""
@@ -509,12 +521,21 @@ class Settings(BaseSettings):
     mcp: McpSettings = McpSettings()
     """MCP server."""
 
-    @field_validator("profiles")
+    @field_validator("profiles", mode="before")
     @classmethod
-    def _default_profile_exists(cls, value: dict[str, Profile]) -> dict[str, Profile]:
-        if "default" not in value:
-            value = {"default": Profile(), **value}
-        return value
+    def _shipped_profiles_exist(cls, value: object) -> object:
+        # A source that names a shipped profile refines it (``[profiles.untrusted] memory = "2g"`` stays on runsc)
+        # rather than replacing it with the plain defaults.
+        if not isinstance(value, Mapping):
+            return value
+        merged: dict[str, Any] = dict(value)
+        for name, base in _SHIPPED_PROFILES.items():
+            given = merged.get(name)
+            if given is None:
+                merged[name] = dict(base)
+            elif isinstance(given, Mapping):
+                merged[name] = {**base, **given}
+        return merged
 
     @classmethod
     def settings_customise_sources(

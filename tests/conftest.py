@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,39 @@ def backend_factory(base_image: str, home: Path) -> Any:
         return open_backend(load_settings(overrides={"home": str(home), **overrides}))
 
     return make
+
+
+# --- OCI runtimes: the Docker tests that matter run under runc and under gVisor (runsc) -------------------------
+
+RUNTIMES = ("runc", "runsc")
+"""Every runtime a profile may ask for; the backend suites run under each."""
+
+
+@pytest.fixture(scope="session")
+def engine_runtimes() -> frozenset[str]:
+    """The runtimes the engine has registered (``docker info``), read once per test run."""
+    import docker
+
+    client = docker.DockerClient(base_url=load_settings().docker.base_url)
+    try:
+        return frozenset((client.info().get("Runtimes") or {}).keys())
+    finally:
+        client.close()
+
+
+def require_runtime(runtime: str, available: frozenset[str]) -> None:
+    """Skip a test whose runtime the engine lacks, except under CI (``.ci/run`` registers runsc): there, fail."""
+    if runtime in available:
+        return
+    message = f"the Docker engine has no runtime {runtime!r} (register it with images/register-runsc.sh)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + "; under CI it must be there", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest, engine_runtimes: frozenset[str]) -> str:
+    """Each OCI runtime in turn (runsc skipped where the engine lacks it, outside CI)."""
+    name = str(request.param)
+    require_runtime(name, engine_runtimes)
+    return name

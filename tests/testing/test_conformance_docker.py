@@ -1,4 +1,4 @@
-"""The Docker backend passes the backend conformance suite, on both transports, against the real engine."""
+"""The Docker backend passes the backend conformance suite (both transports, runc and runsc) on the real engine."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from executor.ids import new_session_id
 from executor.sandbox.base import Backend, SessionInfo, open_backend
 from executor.sandbox.docker import DockerBackend
 from executor.testing import BackendConformance
+from tests.conftest import require_runtime
 
 pytestmark = pytest.mark.docker
 
@@ -45,6 +46,20 @@ class TestDockerExec(_Docker):
     async def backend(self, base_image: str, home: Path) -> AsyncIterator[Backend]:
         settings = load_settings(overrides={"home": str(home), "agent": {"transport": "exec"}})
         async with open_backend(settings) as backend:
+            yield backend
+
+
+class TestDockerRunsc(_Docker):
+    """The same suite under gVisor: the profile asks for runsc and ``auto`` picks the exec bridge."""
+
+    @pytest.fixture
+    def profile(self, engine_runtimes: frozenset[str]) -> Profile:
+        require_runtime("runsc", engine_runtimes)
+        return load_settings().profile("untrusted")
+
+    @pytest.fixture
+    async def backend(self, base_image: str, home: Path) -> AsyncIterator[Backend]:
+        async with open_backend(load_settings(overrides={"home": str(home)})) as backend:
             yield backend
 
 

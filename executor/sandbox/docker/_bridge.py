@@ -3,11 +3,17 @@
 ``POST /exec/{id}/start`` with ``Upgrade: tcp`` hijacks the HTTP connection; after the response header the engine
 sends the exec's output in frames (8-byte header: stream 1 stdout / 2 stderr, 3 zero bytes, big-endian length) and
 passes our raw writes to its stdin. Nothing is read through a thread, so no byte after the header is lost.
+
+The engine does not always end the hijacked stream when the container dies: under gVisor (runsc), when the host's
+OOM killer takes the sandbox, the exec is reported dead but its stream stays open. So a bridge may also hold a
+``POST /containers/{id}/wait`` on a second engine connection (the engine answers it when the container stops);
+whenever the bridge has nothing to read it waits on both, and a stopped container ends the stream.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import struct
 from urllib.parse import urlsplit
 
@@ -40,8 +46,16 @@ class ExecBridgeStream(trio.abc.HalfCloseableStream):
     What the bridge writes on stderr is kept (the last few KiB) for error messages, never passed on.
     """
 
-    def __init__(self, transport: trio.SocketStream, leftover: bytes, *, exec_id: str) -> None:
+    def __init__(
+        self,
+        transport: trio.SocketStream,
+        leftover: bytes,
+        *,
+        exec_id: str,
+        watch: trio.SocketStream | None = None,
+    ) -> None:
         self._transport = transport
+        self._watch = watch
         self._buffer = bytearray(leftover)
         self._payload_left = 0
         self._payload_stream = 0
@@ -52,7 +66,10 @@ class ExecBridgeStream(trio.abc.HalfCloseableStream):
         """The bridge's recent stderr (bounded)."""
 
     async def _fill(self) -> bool:
-        data = await self._transport.receive_some(65536)
+        if self._watch is None or _readable(self._transport):
+            data = await self._transport.receive_some(65536)
+        else:
+            data = await self._receive_unless_stopped(self._watch)
         if not data:
             self._eof = True
             return False
@@ -91,6 +108,25 @@ class ExecBridgeStream(trio.abc.HalfCloseableStream):
             if chunk:
                 return chunk
 
+    async def _receive_unless_stopped(self, watch: trio.SocketStream) -> bytes:
+        # Only reached when nothing is buffered, so the nursery's cost is paid while idle, not per chunk.
+        received: list[bytes] = []
+        async with trio.open_nursery() as nursery:
+
+            async def data() -> None:
+                received.append(await self._transport.receive_some(65536))
+                nursery.cancel_scope.cancel()
+
+            async def stopped() -> None:
+                # Any byte (or the end) on the wait connection: the container stopped or is gone. A cancelled
+                # receive on a trio socket consumes nothing, so the data side loses no byte either way.
+                await watch.receive_some(1)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(data)
+            nursery.start_soon(stopped)
+        return received[0] if received else b""
+
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         """Write raw bytes to the bridge's stdin (the agent's input)."""
         await self._transport.send_all(data)
@@ -104,19 +140,77 @@ class ExecBridgeStream(trio.abc.HalfCloseableStream):
         await self._transport.send_eof()
 
     async def aclose(self) -> None:
-        """Close the hijacked connection (the bridge then ends on its own)."""
-        await self._transport.aclose()
+        """Close the hijacked connection (the bridge then ends on its own) and the container watch."""
+        try:
+            await self._transport.aclose()
+        finally:
+            if self._watch is not None:
+                await self._watch.aclose()
 
 
-async def open_exec_stream(base_url: str, api_version: str, exec_id: str) -> ExecBridgeStream:
+def _readable(stream: trio.SocketStream) -> bool:
+    # A zero-timeout poll: data (or the end) is waiting, so a plain receive returns at once.
+    readable, _, _ = select.select([stream.socket.fileno()], [], [], 0)
+    return bool(readable)
+
+
+async def _open_watch(base_url: str, api_version: str, container: str) -> trio.SocketStream:
+    """A connection on which the engine sends the body once ``container`` is no longer running.
+
+    The engine answers the header at once (so the wait is registered before this returns) and the body when the
+    container stops; any byte after the header, or the end, means "stopped".
+
+    Raises:
+        SandboxLost: the container is gone or already stopped.
+    """
+    watch = await _open_engine_stream(base_url)
+    try:
+        await watch.send_all(
+            f"POST /v{api_version}/containers/{container}/wait?condition=not-running HTTP/1.1\r\n"
+            "Host: docker\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+        received = bytearray()
+        while b"\r\n\r\n" not in received:
+            data = await watch.receive_some(_HEADER_LIMIT)
+            if not data or len(received) > _HEADER_LIMIT:
+                raise SandboxLost(f"the engine gave no usable answer to a wait on {container}")
+            received += data
+        header, _, body = bytes(received).partition(b"\r\n\r\n")
+        status_line = header.split(b"\r\n", 1)[0].decode(errors="replace")
+        if status_line.split(" ")[1:2] != ["200"] or body:
+            raise SandboxLost(f"{container} is gone or not running ({status_line})")
+        return watch
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await watch.aclose()
+        raise
+
+
+async def open_exec_stream(
+    base_url: str, api_version: str, exec_id: str, *, container: str | None = None
+) -> ExecBridgeStream:
     """Start exec ``exec_id`` (created with stdin, stdout and stderr attached, no tty) and hijack its streams.
+
+    Args:
+        base_url: the engine address (``unix://`` or ``tcp://``).
+        api_version: the negotiated Engine API version.
+        exec_id: the created exec.
+        container: watch this container too: the stream ends when it stops, even if the engine keeps the
+            hijacked connection open.
 
     Raises:
         EngineUnavailable: the engine socket does not answer.
         SandboxLost: the exec's container is gone.
         AgentError: the engine refused to start the exec.
     """
-    transport = await _open_engine_stream(base_url)
+    watch = None if container is None else await _open_watch(base_url, api_version, container)
+    try:
+        transport = await _open_engine_stream(base_url)
+    except BaseException:
+        if watch is not None:
+            with trio.CancelScope(shield=True):
+                await watch.aclose()
+        raise
     try:
         body = json.dumps({"Detach": False, "Tty": False}).encode()
         request = (
@@ -144,8 +238,10 @@ async def open_exec_stream(base_url: str, api_version: str, exec_id: str) -> Exe
             if status in (404, 409):
                 raise SandboxLost(f"exec {exec_id[:12]} could not start: {status_line}; the container is gone")
             raise AgentError(f"exec {exec_id[:12]} could not start: {status_line}")
-        return ExecBridgeStream(transport, leftover, exec_id=exec_id)
+        return ExecBridgeStream(transport, leftover, exec_id=exec_id, watch=watch)
     except BaseException:
         with trio.CancelScope(shield=True):
             await transport.aclose()
+            if watch is not None:
+                await watch.aclose()
         raise

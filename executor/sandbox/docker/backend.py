@@ -38,6 +38,7 @@ from executor.sandbox.docker.hardening import (
     Transport,
     container_kwargs,
     container_name,
+    runtime_missing_message,
     volume_name,
 )
 from executor.sandbox.docker.images import ensure_agent_image, ensure_image
@@ -132,6 +133,7 @@ class DockerBackend(Backend):
         """The whole settings object (docker, images, agent sections and the home folder)."""
         self.home_id = home_identity(settings.home)
         """This home's identity (the ``executor.home`` label of the sessions it owns)."""
+        self._runtimes: frozenset[str] | None = None
 
     @classmethod
     async def create(cls, settings: Settings) -> DockerBackend:
@@ -142,15 +144,48 @@ class DockerBackend(Backend):
         """
         return cls(await DockerEngine.connect(settings.docker), settings)
 
-    @property
-    def transport(self) -> Transport:
-        """How new sessions are reached: ``socket`` needs a local engine; ``exec`` works with any."""
+    def transport_for(self, profile: Profile) -> Transport:
+        """How a new session of ``profile`` is reached: ``socket`` needs a local engine and runc; ``exec`` works
+        with any engine and runtime.
+
+        Raises:
+            AgentError: ``agent.transport = "socket"`` where it cannot work (a remote engine, or runsc).
+        """
         chosen = self.settings.agent.transport
+        if profile.runtime == "runsc":
+            # gVisor serves the container's file system itself: a unix socket bound in a host-mounted folder is
+            # a file there, not a way to the host.
+            if chosen == "socket":
+                raise AgentError(
+                    "agent.transport 'socket' cannot reach an agent under runtime 'runsc' (a host-mounted unix "
+                    "socket is not reachable across gVisor's file system); use 'auto' or 'exec'"
+                )
+            return "exec"
         if chosen == "auto":
             return "socket" if self.engine.is_local else "exec"
         if chosen == "socket" and not self.engine.is_local:
             raise AgentError("agent.transport 'socket' needs a local (unix://) engine; use 'exec' or 'auto'")
         return chosen
+
+    async def runtimes(self) -> frozenset[str]:
+        """The OCI runtimes the engine has registered (``docker info``'s Runtimes), read once per backend."""
+        if self._runtimes is None:
+            info: dict[str, Any] = await self.engine.call(
+                self.engine.client.api.info, what="read the engine's runtimes", idempotent=True
+            )
+            self._runtimes = frozenset((info.get("Runtimes") or {}).keys())
+        return self._runtimes
+
+    async def check_runtime(self, profile: Profile, profile_name: str) -> None:
+        """Fail before anything is created when the engine lacks the profile's runtime.
+
+        Raises:
+            EngineError: the engine has no such runtime; the message says how to register it.
+        """
+        have = await self.runtimes()
+        if profile.runtime in have:
+            return
+        raise EngineError(runtime_missing_message(profile.runtime, profile_name, self.settings.docker.base_url, have))
 
     def _run_dir(self, session_id: str) -> Path:
         return self.settings.home / "run" / validate_session_id(session_id)
@@ -205,7 +240,8 @@ class DockerBackend(Backend):
                 reuse = same[-1]
                 if (reuse.owner or None) != (owner or None):
                     raise ValueError(f"session name {name!r} is kept for another owner; pick another name")
-        transport = self.transport
+        transport = self.transport_for(profile)
+        await self.check_runtime(profile, profile_name)
         session_id = reuse.id if reuse is not None else new_session_id()
         image = await ensure_image(self.engine, self.settings.images, profile.image)
         binary = await agent_binary(self.settings)
@@ -374,7 +410,7 @@ class DockerBackend(Backend):
             exec_id = await self.engine.call(create_exec, what=f"exec bridge into {name}", idempotent=False)
         except SessionNotFound as exc:
             raise SandboxLost(f"session {session_id} went away") from exc
-        return await open_exec_stream(self.settings.docker.base_url, self.engine.api_version, exec_id)
+        return await open_exec_stream(self.settings.docker.base_url, self.engine.api_version, exec_id, container=name)
 
     async def status(self, session_id: str) -> SessionStatus:
         """See :meth:`Backend.status`."""

@@ -35,6 +35,7 @@ __all__ = [
     "container_kwargs",
     "container_name",
     "pinned_seccomp",
+    "runtime_missing_message",
     "volume_name",
 ]
 
@@ -65,6 +66,26 @@ LABEL_TRANSPORT: Final = "executor.transport"
 LABEL_HOME: Final = "executor.home"
 """The identity of the executor home that owns a session (a hash of its resolved path): listing, attaching,
 stopping and clean-up act on their own home's sessions unless told otherwise (``--all``)."""
+
+
+REGISTER_RUNSC: Final = "images/register-runsc.sh"
+"""The repository's script that registers gVisor's runsc with a local engine (idempotent; reloads dockerd)."""
+
+
+def runtime_missing_message(runtime: str, profile_name: str, base_url: str, have: frozenset[str]) -> str:
+    """The one error text for a profile whose runtime the engine lacks: which, where, and how to register it."""
+    listed = ", ".join(sorted(have)) or "none"
+    how = (
+        f"install gVisor (Debian: apt-get install runsc) and register it with {REGISTER_RUNSC}, which adds "
+        '"runsc" with the runtime argument --network=none to the runtimes of /etc/docker/daemon.json and '
+        "reloads dockerd (SIGHUP)"
+        if runtime == "runsc"
+        else "register it under the runtimes key of the engine's daemon.json and reload dockerd (SIGHUP)"
+    )
+    return (
+        f"profile {profile_name!r} asks for runtime {runtime!r}, which the Docker engine at {base_url} does not "
+        f"have (its runtimes: {listed}); {how}, or pick a profile with runtime 'runc'"
+    )
 
 
 def container_name(session_id: str) -> str:
@@ -197,6 +218,7 @@ def container_kwargs(
             Ulimit(name="nofile", soft=profile.nofile, hard=profile.nofile),
             Ulimit(name="core", soft=0, hard=0),
         ],
+        "runtime": profile.runtime,
         "log_config": log_config,
         "restart_policy": {"Name": "no"},
         "stop_signal": "SIGTERM",
