@@ -8,8 +8,10 @@
 #   --runsc       the runsc binary (default: the one on PATH)
 #   --no-reload   only write daemon.json (for an engine that is about to be started)
 #
-# The runtime entry is `{"path": RUNSC, "runtimeArgs": ["--network=none"]}` under the `runtimes` key: this runsc
-# (Debian's, 2022) cannot set up a container without a network unless told so, and session containers have none.
+# The runtime entry is `{"path": RUNSC, "runtimeArgs": ["--network=none", "--oci-seccomp"]}` under the `runtimes`
+# key: this runsc (Debian's, 2022) cannot set up a container without a network unless told so (session containers
+# have none), and applies a container's seccomp profile inside the sandbox only with --oci-seccomp (the executor
+# refuses a runsc registered without both: executor/sandbox/docker/hardening.py RUNSC_ARGS).
 # Every other key of daemon.json is kept as it was; the file is rewritten only when the entry differs.
 # A running dockerd is then sent SIGHUP, which reloads `runtimes` without stopping any container (never a restart),
 # and the script waits (bounded) until `docker info` lists the runtime. Exit 0 when the engine has it (or, with
@@ -56,7 +58,7 @@ except ValueError as exc:
     sys.exit(f"register-runsc.sh: {path} is not valid JSON ({exc}); fix it first")
 if not isinstance(settings, dict):
     sys.exit(f"register-runsc.sh: {path} does not hold a JSON object; fix it first")
-entry = {"path": runsc, "runtimeArgs": ["--network=none"]}
+entry = {"path": runsc, "runtimeArgs": ["--network=none", "--oci-seccomp"]}
 runtimes = settings.setdefault("runtimes", {})
 if not isinstance(runtimes, dict):
     sys.exit(f"register-runsc.sh: {path}: 'runtimes' is not an object; fix it first")

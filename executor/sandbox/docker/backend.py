@@ -38,7 +38,7 @@ from executor.sandbox.docker.hardening import (
     Transport,
     container_kwargs,
     container_name,
-    runtime_missing_message,
+    runtime_problem,
     volume_name,
 )
 from executor.sandbox.docker.images import ensure_agent_image, ensure_image
@@ -133,7 +133,7 @@ class DockerBackend(Backend):
         """The whole settings object (docker, images, agent sections and the home folder)."""
         self.home_id = home_identity(settings.home)
         """This home's identity (the ``executor.home`` label of the sessions it owns)."""
-        self._runtimes: frozenset[str] | None = None
+        self._runtimes: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     async def create(cls, settings: Settings) -> DockerBackend:
@@ -167,25 +167,26 @@ class DockerBackend(Backend):
             raise AgentError("agent.transport 'socket' needs a local (unix://) engine; use 'exec' or 'auto'")
         return chosen
 
-    async def runtimes(self) -> frozenset[str]:
-        """The OCI runtimes the engine has registered (``docker info``'s Runtimes), read once per backend."""
+    async def runtimes(self) -> dict[str, dict[str, Any]]:
+        """The OCI runtimes the engine has registered (``docker info``'s Runtimes: name -> path and arguments)."""
         if self._runtimes is None:
             info: dict[str, Any] = await self.engine.call(
                 self.engine.client.api.info, what="read the engine's runtimes", idempotent=True
             )
-            self._runtimes = frozenset((info.get("Runtimes") or {}).keys())
+            self._runtimes = dict(info.get("Runtimes") or {})
         return self._runtimes
 
     async def check_runtime(self, profile: Profile, profile_name: str) -> None:
-        """Fail before anything is created when the engine lacks the profile's runtime.
+        """Fail before anything is created when the engine cannot run the profile's runtime as needed.
 
         Raises:
-            EngineError: the engine has no such runtime; the message says how to register it.
+            EngineError: the engine lacks the runtime (or runsc lacks its arguments); the message says how to
+                register it.
         """
-        have = await self.runtimes()
-        if profile.runtime in have:
-            return
-        raise EngineError(runtime_missing_message(profile.runtime, profile_name, self.settings.docker.base_url, have))
+        problem = runtime_problem(profile.runtime, profile_name, self.settings.docker.base_url, await self.runtimes())
+        if problem is not None:
+            self._runtimes = None  # read again next time: the operator may register it meanwhile
+            raise EngineError(problem)
 
     def _run_dir(self, session_id: str) -> Path:
         return self.settings.home / "run" / validate_session_id(session_id)

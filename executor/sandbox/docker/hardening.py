@@ -7,6 +7,7 @@ one place and checked against ``docker inspect`` by the tests.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -27,6 +28,7 @@ __all__ = [
     "LABEL_PROFILE",
     "LABEL_SESSION",
     "LABEL_TRANSPORT",
+    "RUNSC_ARGS",
     "RUN_DIR",
     "RUN_TMPFS_BYTES",
     "STATE_DIR",
@@ -35,7 +37,7 @@ __all__ = [
     "container_kwargs",
     "container_name",
     "pinned_seccomp",
-    "runtime_missing_message",
+    "runtime_problem",
     "volume_name",
 ]
 
@@ -70,22 +72,45 @@ stopping and clean-up act on their own home's sessions unless told otherwise (``
 
 REGISTER_RUNSC: Final = "images/register-runsc.sh"
 """The repository's script that registers gVisor's runsc with a local engine (idempotent; reloads dockerd)."""
+RUNSC_ARGS: Final[tuple[str, ...]] = ("--network=none", "--oci-seccomp")
+"""Runtime arguments runsc must be registered with: this runsc (2022) cannot start a container without a network
+unless told so, and applies the container's seccomp profile inside the sandbox only with ``--oci-seccomp``."""
 
 
-def runtime_missing_message(runtime: str, profile_name: str, base_url: str, have: frozenset[str]) -> str:
-    """The one error text for a profile whose runtime the engine lacks: which, where, and how to register it."""
-    listed = ", ".join(sorted(have)) or "none"
+def runtime_problem(
+    runtime: str, profile_name: str, base_url: str, registered: Mapping[str, Mapping[str, Any]]
+) -> str | None:
+    """Why the engine cannot run ``profile_name``'s runtime as the executor needs it, or None when it can.
+
+    Args:
+        runtime: the profile's runtime.
+        profile_name: for the message.
+        base_url: the engine address, for the message.
+        registered: ``docker info``'s Runtimes (name -> {path, runtimeArgs}).
+    """
     how = (
         f"install gVisor (Debian: apt-get install runsc) and register it with {REGISTER_RUNSC}, which adds "
-        '"runsc" with the runtime argument --network=none to the runtimes of /etc/docker/daemon.json and '
-        "reloads dockerd (SIGHUP)"
+        f'"runsc" with the runtime arguments {" ".join(RUNSC_ARGS)} to the runtimes of /etc/docker/daemon.json '
+        "and reloads dockerd (SIGHUP)"
         if runtime == "runsc"
         else "register it under the runtimes key of the engine's daemon.json and reload dockerd (SIGHUP)"
     )
-    return (
-        f"profile {profile_name!r} asks for runtime {runtime!r}, which the Docker engine at {base_url} does not "
-        f"have (its runtimes: {listed}); {how}, or pick a profile with runtime 'runc'"
-    )
+    entry = registered.get(runtime)
+    if entry is None:
+        listed = ", ".join(sorted(registered)) or "none"
+        return (
+            f"profile {profile_name!r} asks for runtime {runtime!r}, which the Docker engine at {base_url} does not "
+            f"have (its runtimes: {listed}); {how}, or pick a profile with runtime 'runc'"
+        )
+    if runtime == "runsc":
+        missing = [arg for arg in RUNSC_ARGS if arg not in (entry.get("runtimeArgs") or [])]
+        if missing:
+            return (
+                f"profile {profile_name!r} asks for runtime 'runsc', which the Docker engine at {base_url} has "
+                f"without {' '.join(missing)} (without them sessions would not start, or would run without their "
+                f"seccomp profile); {how}"
+            )
+    return None
 
 
 def container_name(session_id: str) -> str:
@@ -99,13 +124,20 @@ def volume_name(session_id: str) -> str:
 
 
 @cache
-def pinned_seccomp() -> str:
+def pinned_seccomp(runtime: str = "runc") -> str:
     """The shipped seccomp profile as compact JSON, ready for ``seccomp=<json>``.
 
     Passed inline: a path given through the SDK fails only at start and leaves a Created container behind.
+    Under ``runsc`` (which applies it inside the sandbox with ``--oci-seccomp``) ``clone3`` is allowed instead of
+    refused with ENOSYS: this runsc ignores ``errnoRet`` and would answer EPERM, which glibc does not fall back
+    from (no thread could start), while gVisor itself answers clone3 with ENOSYS.
     """
     text = resources.files("executor.sandbox.docker").joinpath("seccomp.json").read_text(encoding="utf-8")
-    return json.dumps(json.loads(text), separators=(",", ":"))
+    profile = json.loads(text)
+    if runtime == "runsc":
+        profile["syscalls"] = [rule for rule in profile["syscalls"] if rule["names"] != ["clone3"]]
+        profile["syscalls"].append({"names": ["clone3"], "action": "SCMP_ACT_ALLOW"})
+    return json.dumps(profile, separators=(",", ":"))
 
 
 def agent_command(profile: Profile, agent: AgentSettings, *, ephemeral: bool = False) -> list[str]:
@@ -180,7 +212,7 @@ def container_kwargs(
         tmpfs[RUN_DIR] = f"size={RUN_TMPFS_BYTES},mode=0700,nosuid,nodev,noexec"
     security_opt = ["no-new-privileges"]
     if profile.seccomp == "pinned":
-        security_opt.append("seccomp=" + pinned_seccomp())
+        security_opt.append("seccomp=" + pinned_seccomp(profile.runtime))
     if profile.log_driver == "none":
         log_config = LogConfig(type="none")
     else:

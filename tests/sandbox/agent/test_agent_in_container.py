@@ -1,4 +1,5 @@
-"""The termination and bash-semantics catalogue of issue 3, in a real session container (agent as PID 1)."""
+"""The termination and bash-semantics catalogue of issue 3, in a real session container (agent as PID 1), under runc
+and under gVisor (runsc)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import trio
 
 from executor.config import Settings, load_settings
 from executor.session import Executor, Session, open_executor
+from tests.conftest import require_runtime
 
 pytestmark = pytest.mark.docker
 
@@ -25,14 +27,17 @@ def _alive(tag: str) -> str:
 
 
 @pytest.fixture
-def container_settings(base_image: str, home: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """Settings with quick kill bounds, a private home and one shared agent build."""
+def container_settings(
+    runtime: str, base_image: str, home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
+    """Settings with quick kill bounds, a private home and one shared agent build, under each runtime."""
     build = tmp_path_factory.getbasetemp() / "agent-build-shared"
     return load_settings(
         overrides={
             "home": str(home),
             "agent": {"build_dir": str(build)},
             "bash": {"grace_ms": 300, "drain_ms": 300},
+            "profiles": {"default": {"runtime": runtime}},
         }
     )
 
@@ -186,13 +191,25 @@ async def test_exec_transport_runs_commands_without_host_mounts(
         assert "over-the-bridge" in result.text and "/.executor/agent init" in result.text
 
 
-@pytest.mark.parametrize("transport", ["socket", "exec"])
+@pytest.mark.parametrize(("runtime_name", "transport"), [("runc", "socket"), ("runc", "exec"), ("runsc", "exec")])
 async def test_a_command_cannot_reach_its_supervisor(
-    transport: str, base_image: str, home: Path, tmp_path_factory: pytest.TempPathFactory
+    runtime_name: str,
+    transport: str,
+    engine_runtimes: frozenset[str],
+    base_image: str,
+    home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """The session user can neither connect to the agent's socket nor read PID 1's environment."""
+    require_runtime(runtime_name, engine_runtimes)
     build = tmp_path_factory.getbasetemp() / "agent-build-shared"
-    settings = load_settings(overrides={"home": str(home), "agent": {"build_dir": str(build), "transport": transport}})
+    settings = load_settings(
+        overrides={
+            "home": str(home),
+            "agent": {"build_dir": str(build), "transport": transport},
+            "profiles": {"default": {"runtime": runtime_name}},
+        }
+    )
     probe = (
         "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/.executor/run/agent.sock'); "
         "print('CONNECTED')\" 2>&1 | tail -n 1; cat /proc/1/environ >/dev/null 2>&1 || echo environ-denied; "
