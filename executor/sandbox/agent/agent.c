@@ -620,6 +620,9 @@ static int is_credential_name(const char *entry)
     return 0;
 }
 
+/* Keeps a private copy of the environment commands start from, then wipes the original block: Linux lets only a
+ * ptrace-capable reader see /proc/1/environ, but gVisor (runsc) lets any user read it. An entry that cannot be
+ * copied stays where it is (and unwiped) rather than being lost. */
 static void init_base_env(char **envp)
 {
     size_t n = 0;
@@ -629,13 +632,17 @@ static void init_base_env(char **envp)
     if (g_base_env == NULL)
         return;
     for (char **e = envp; *e != NULL; e++) {
-        if (strchr(*e, '=') == NULL || is_credential_name(*e))
-            continue;
-        if (strncmp(*e, TAG_VAR "=", sizeof TAG_VAR) == 0)
-            continue;
-        if (strncmp(*e, "PATH=", 5) == 0)
+        int keep = strchr(*e, '=') != NULL && !is_credential_name(*e) && strncmp(*e, TAG_VAR "=", sizeof TAG_VAR) != 0;
+        if (keep && strncmp(*e, "PATH=", 5) == 0)
             g_has_path = 1;
-        g_base_env[g_base_envc++] = *e;
+        char *copy = keep ? strdup(*e) : NULL;
+        if (keep && copy == NULL) {
+            g_base_env[g_base_envc++] = *e;
+            continue;
+        }
+        if (keep)
+            g_base_env[g_base_envc++] = copy;
+        memset(*e, 0, strlen(*e));
     }
 }
 
