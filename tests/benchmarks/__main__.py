@@ -1,9 +1,9 @@
 """``just bench``: the executor's numbers side by side with the raw Docker floor, measured in the same run.
 
-``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,...,artifacts,pure]``
+``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,...,artifacts,pure,runtimes]``
 prints one table (name | executor | raw | ratio | target | met) and writes every row as JSON to
-``.bench/<date>.json`` (gitignored). See ``bench_exec``, ``bench_artifacts`` and ``bench_pure`` for what each row
-measures.
+``.bench/<date>.json`` (gitignored). See ``bench_exec``, ``bench_artifacts``, ``bench_pure`` and ``bench_runtime``
+(runc beside gVisor's runsc) for what each row measures.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,9 +25,10 @@ from typing import Any
 from tests.benchmarks.bench_exec import ExecBenchConfig
 from tests.benchmarks.bench_exec import run as run_exec
 from tests.benchmarks.bench_pure import run as run_pure
+from tests.benchmarks.bench_runtime import run as run_runtimes
 
 _REPO = Path(__file__).resolve().parents[2]
-_SECTIONS = ("roundtrip", "throughput", "concurrency", "kill", "artifacts", "pure")
+_SECTIONS = ("roundtrip", "throughput", "concurrency", "kill", "artifacts", "pure", "runtimes")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         conc_pipeline=args.conc_pipeline,
         conc_raw=args.conc_raw,
         kill_iters=args.kill_iters,
-        sections=sections - {"artifacts", "pure"},
+        sections=sections - {"artifacts", "pure", "runtimes"},
         seed=args.seed,
     )
     started = datetime.now(UTC)
@@ -159,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     if "pure" in sections:
         print("==> pure logic on hostile input (bench_pure.run)", file=sys.stderr)
         rows += run_pure()
+    if "runtimes" in sections:
+        print("==> runtimes (runc/socket, runc/exec, runsc/exec: open, round trip, throughput)", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="executor-bench-rt-") as tmp:
+            rows += run_runtimes(home=Path(tmp))
     elapsed = time.perf_counter() - began
     print(_table(rows))
     missed = [row for row in rows if row["met"] is False]
