@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from executor.errors import ConfigError
@@ -456,6 +456,15 @@ class Profile(_Section):
             if not target.startswith("/"):
                 raise ValueError(f"volume target {target!r} must be an absolute container path")
         return value
+
+    @model_validator(mode="after")
+    def _runsc_needs_the_pinned_seccomp(self) -> Profile:
+        if self.runtime == "runsc" and self.seccomp != "pinned":
+            raise ValueError(
+                "runtime 'runsc' needs seccomp 'pinned': this runsc answers the engine default's ENOSYS rules "
+                "(clone3) with EPERM, so no thread could start; remove 'seccomp' or use runtime 'runc'"
+            )
+        return self
 
     @property
     def uid(self) -> int:

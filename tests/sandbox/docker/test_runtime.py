@@ -25,6 +25,12 @@ def test_runtime_defaults_to_runc_and_rejects_others_at_load() -> None:
         load_settings(overrides={"profiles": {"x": {"runtime": "kata"}}})
 
 
+def test_runsc_with_the_engine_default_seccomp_is_refused_at_load() -> None:
+    """runsc answers the engine default's ENOSYS rules with EPERM (no thread could start): refused, naming why."""
+    with pytest.raises(ConfigError, match=r"profiles\.x: .*runtime 'runsc' needs seccomp 'pinned'"):
+        load_settings(overrides={"profiles": {"x": {"runtime": "runsc", "seccomp": "engine-default"}}})
+
+
 def test_untrusted_profile_is_shipped_on_runsc_and_refined_field_by_field() -> None:
     """`untrusted` exists on runsc; a source that names it changes only the fields it gives."""
     assert load_settings().profile("untrusted").runtime == "runsc"
