@@ -18,7 +18,7 @@ from pathlib import Path
 from executor.config import AgentSettings, Settings
 from executor.errors import AgentError
 
-__all__ = ["SOURCE_DIR", "agent_build_dir", "ensure_agent", "ensure_fuzzer", "source_files"]
+__all__ = ["SOURCE_DIR", "agent_build_dir", "ensure_agent", "ensure_fuzzer", "ensure_statx_shim", "source_files"]
 
 SOURCE_DIR = Path(__file__).resolve().parent
 """Where the agent's C sources live."""
@@ -33,13 +33,16 @@ _SANITIZE = [
     "-fsanitize=address,undefined",
     "-fno-sanitize-recover=undefined",
 ]
+_SHARED = [*_COMMON, "-O2", "-shared", "-fPIC"]
 _BUILD_TIMEOUT_S = 300
 
 
 def source_files() -> list[Path]:
-    """The agent's sources: every ``*.c``/``*.h`` here except the fuzz drivers, sorted."""
+    """The agent's sources: every ``*.c``/``*.h`` here except the fuzz drivers and the preload shims, sorted."""
     return sorted(
-        p for p in SOURCE_DIR.iterdir() if p.suffix in (".c", ".h") and not p.name.startswith("fuzz_") and p.is_file()
+        p
+        for p in SOURCE_DIR.iterdir()
+        if p.suffix in (".c", ".h") and not p.name.startswith(("fuzz_", "shim_")) and p.is_file()
     )
 
 
@@ -121,3 +124,14 @@ def ensure_fuzzer(settings: AgentSettings, build_dir: Path) -> Path:
     files = sorted([SOURCE_DIR / "fuzz_frames.c", SOURCE_DIR / "frame.c", SOURCE_DIR / "frame.h"])
     name = f"fuzz-frames-{_digest(settings.cc, _SANITIZE, files)}"
     return _compile(settings.cc, _SANITIZE, files, build_dir / name)
+
+
+def ensure_statx_shim(settings: Settings) -> Path:
+    """Return the preload library commands get under runsc (``shim_statx.c``), compiling it if needed.
+
+    Raises:
+        AgentError: no compiler, or the compiler failed.
+    """
+    files = [SOURCE_DIR / "shim_statx.c"]
+    name = f"shim-statx-{_digest(settings.agent.cc, _SHARED, files)}.so"
+    return _compile(settings.agent.cc, _SHARED, files, agent_build_dir(settings) / name)

@@ -9,9 +9,9 @@ import trio
 
 from executor.config import Settings
 from executor.errors import AgentError
-from executor.sandbox.agent.build import ensure_agent
+from executor.sandbox.agent.build import ensure_agent, ensure_statx_shim
 
-__all__ = ["agent_binary"]
+__all__ = ["agent_binary", "statx_shim"]
 
 
 async def agent_binary(settings: Settings) -> Path:
@@ -25,3 +25,12 @@ async def agent_binary(settings: Settings) -> Path:
     if not await trio.to_thread.run_sync(path.is_file):
         raise AgentError(f"the agent build returned {path}, which is not a file")
     return path
+
+
+async def statx_shim(settings: Settings) -> Path:
+    """The host path of the runsc preload library (``shim_statx.c``), compiled on first use.
+
+    Raises:
+        AgentError: no C compiler, or the compilation failed.
+    """
+    return await trio.to_thread.run_sync(ensure_statx_shim, settings)

@@ -22,7 +22,7 @@ from executor.sandbox.base import (
     SessionInfo,
     SessionStatus,
 )
-from executor.sandbox.docker._agent import agent_binary
+from executor.sandbox.docker._agent import agent_binary, statx_shim
 from executor.sandbox.docker._bridge import open_exec_stream
 from executor.sandbox.docker._engine import DockerEngine
 from executor.sandbox.docker.hardening import (
@@ -247,7 +247,8 @@ class DockerBackend(Backend):
         image = await ensure_image(self.engine, self.settings.images, profile.image)
         binary = await agent_binary(self.settings)
         if transport == "exec":
-            image = await ensure_agent_image(self.engine, image, binary)
+            shim = await statx_shim(self.settings) if profile.runtime == "runsc" else None
+            image = await ensure_agent_image(self.engine, image, binary, statx_shim=shim)
         labels = {
             LABEL_OWNER: owner or "",
             LABEL_SESSION: session_id,

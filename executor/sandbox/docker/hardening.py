@@ -32,6 +32,7 @@ __all__ = [
     "RUN_DIR",
     "RUN_TMPFS_BYTES",
     "STATE_DIR",
+    "STATX_SHIM_PATH",
     "Transport",
     "agent_command",
     "container_kwargs",
@@ -54,6 +55,9 @@ RUN_DIR: Final = "/.executor/run"
 """The agent's socket folder: a host folder (socket transport) or a small tmpfs (exec transport)."""
 AGENT_SOCKET: Final = RUN_DIR + "/agent.sock"
 """The agent's listening socket inside the container."""
+STATX_SHIM_PATH: Final = "/.executor/shim-statx.so"
+"""Under runsc, the preload library (``LD_PRELOAD`` of every process) that lets coreutils' statx work on this
+runsc, which refuses ``AT_NO_AUTOMOUNT`` (``executor/sandbox/agent/shim_statx.c``)."""
 STATE_DIR: Final = "/.executor/state"
 """The agent's private tmpfs (root only, mode 0700)."""
 RUN_TMPFS_BYTES: Final = 1024 * 1024
@@ -218,6 +222,8 @@ def container_kwargs(
     else:
         log_config = LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"})
     environment = {**profile.env, "HOME": profile.home}
+    if profile.runtime == "runsc":
+        environment["LD_PRELOAD"] = STATX_SHIM_PATH
     return {
         "image": image,
         "name": container_name(session_id),

@@ -416,30 +416,39 @@ async def ensure_image(engine: DockerEngine, settings: ImageSettings, name: str)
     return (await build_image(engine, settings, name)).tag
 
 
-async def ensure_agent_image(engine: DockerEngine, image: str, agent_binary: Path) -> str:
-    """A derived image: ``image`` plus the agent at ``/.executor/agent`` (exec transport: no host mounts).
+async def ensure_agent_image(
+    engine: DockerEngine, image: str, agent_binary: Path, *, statx_shim: Path | None = None
+) -> str:
+    """A derived image: ``image`` plus the agent at ``/.executor/agent`` (exec transport: no host mounts), and the
+    runsc preload library at ``/.executor/shim-statx.so`` when ``statx_shim`` is given.
 
-    Built from an in-memory context with no network, cached by a hash of the image id and the binary.
+    Built from an in-memory context with no network, cached by a hash of the image id and the files.
 
     Raises:
         ImageError: ``image`` is missing or the build failed.
     """
-    from executor.sandbox.docker.hardening import AGENT_PATH
+    from executor.sandbox.docker.hardening import AGENT_PATH, STATX_SHIM_PATH
 
     data = await _inspect(engine, image)
     if data is None:
         raise ImageError(f"no local image {image!r} to add the agent to")
     binary = await trio.to_thread.run_sync(agent_binary.read_bytes)
-    inputs = hashlib.sha256(f"{data['Id']}\0".encode() + hashlib.sha256(binary).digest()).hexdigest()
+    shim = b"" if statx_shim is None else await trio.to_thread.run_sync(statx_shim.read_bytes)
+    digest = hashlib.sha256(binary).digest() + (hashlib.sha256(shim).digest() if shim else b"")
+    inputs = hashlib.sha256(f"{data['Id']}\0".encode() + digest).hexdigest()
     tag = f"executor/with-agent:{inputs[:16]}"
     current = await _inspect(engine, tag)
     if current is not None and _labels(current).get(LABEL_INPUTS) == inputs:
         return tag
     dockerfile = f"FROM {data['Id']}\nCOPY agent {AGENT_PATH}\n".encode()
+    members = [("agent", binary, 0o755)]
+    if shim:
+        dockerfile += f"COPY shim-statx.so {STATX_SHIM_PATH}\n".encode()
+        members.append(("shim-statx.so", shim, 0o755))
     context = io.BytesIO()
     now = int(datetime.now(UTC).timestamp())
     with tarfile.open(fileobj=context, mode="w") as tar:
-        for member_name, payload, mode in (("Dockerfile", dockerfile, 0o644), ("agent", binary, 0o755)):
+        for member_name, payload, mode in (("Dockerfile", dockerfile, 0o644), *members):
             info = tarfile.TarInfo(member_name)
             info.size, info.mode, info.mtime = len(payload), mode, now
             tar.addfile(info, io.BytesIO(payload))

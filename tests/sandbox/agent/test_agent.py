@@ -169,6 +169,14 @@ async def test_environment_scrubbed_defaults_then_caller(client: AgentClient, li
     assert re.fullmatch(r"\d+-[0-9a-f]+-\d+", env["EXECUTOR_RUN_TAG"])
 
 
+async def test_agent_wipes_its_own_environment_block(client: AgentClient, live_agent: LiveAgent) -> None:
+    """The agent's /proc/PID/environ holds only NUL bytes (gVisor lets any user read it), yet commands get the env."""
+    block = await trio.Path(f"/proc/{live_agent.proc.pid}/environ").read_bytes()
+    assert block and block.strip(b"\0") == b""
+    sink, _ = await run(client, live_agent, "echo $PATH")
+    assert sink.out.decode().strip() == "/usr/local/bin:/usr/bin:/bin"
+
+
 async def test_output_split_mid_utf8_is_byte_exact(client: AgentClient, live_agent: LiveAgent) -> None:
     """A code point split across two writes, and 2 MB of random bytes, arrive byte for byte."""
     sink, _ = await run(client, live_agent, r"printf '\xe2\x82'; sleep 0.05; printf '\xac\n'")

@@ -220,3 +220,10 @@ async def test_a_command_cannot_reach_its_supervisor(
     assert "CONNECTED" not in result.text
     assert "PermissionError" in result.text
     assert "environ-denied" in result.text and "kill-denied" in result.text
+
+
+async def test_coreutils_stat_and_ls_work(session: Session) -> None:
+    """`ls -l PATH` and `stat` work under both runtimes (runsc needs the statx shim: it refuses AT_NO_AUTOMOUNT)."""
+    result = await session.bash("echo hi > f.txt; ls -l f.txt; stat -c 'size=%s' f.txt")
+    assert result.outcome == "completed", result.text
+    assert "size=3" in result.text and "f.txt" in result.text

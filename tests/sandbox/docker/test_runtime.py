@@ -14,7 +14,13 @@ from executor.config import Profile, load_settings
 from executor.errors import AgentError, ConfigError, EngineError
 from executor.sandbox.base import new_session_id
 from executor.sandbox.docker import DockerBackend
-from executor.sandbox.docker.hardening import RUNSC_ARGS, container_kwargs, pinned_seccomp, runtime_problem
+from executor.sandbox.docker.hardening import (
+    RUNSC_ARGS,
+    STATX_SHIM_PATH,
+    container_kwargs,
+    pinned_seccomp,
+    runtime_problem,
+)
 from tests.conftest import require_runtime
 
 
@@ -42,7 +48,8 @@ def test_untrusted_profile_is_shipped_on_runsc_and_refined_field_by_field() -> N
 
 
 def test_runtime_and_its_seccomp_variant_reach_the_create_call() -> None:
-    """The profile's runtime is the container's; under runsc clone3 is allowed (gVisor answers it with ENOSYS)."""
+    """The profile's runtime is the container's; under runsc clone3 is allowed (gVisor answers it with ENOSYS) and
+    the statx shim is preloaded."""
     for runtime in ("runc", "runsc"):
         kwargs = container_kwargs(
             profile=Profile(runtime=runtime),
@@ -56,6 +63,7 @@ def test_runtime_and_its_seccomp_variant_reach_the_create_call() -> None:
         )
         assert kwargs["runtime"] == runtime
         assert "seccomp=" + pinned_seccomp(runtime) in kwargs["security_opt"]
+        assert kwargs["environment"].get("LD_PRELOAD") == (STATX_SHIM_PATH if runtime == "runsc" else None)
     rules = {json.dumps(r["names"]): r for r in json.loads(pinned_seccomp("runsc"))["syscalls"]}
     assert rules['["clone3"]']["action"] == "SCMP_ACT_ALLOW"
     assert json.loads(pinned_seccomp("runc"))["syscalls"][-1]["errnoRet"] == 38
