@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from executor.config import Settings, load_settings
+from executor.testing.runtimes import RUNTIMES, require_runtime
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def settings(home: Path) -> Settings:
 
 # --- The docker marker: every test that needs the engine carries it, so `pytest -m "not docker"` runs without one --
 
-_ENGINE_FIXTURES = frozenset({"base_image", "backend_factory"})
+_ENGINE_FIXTURES = frozenset({"base_image", "backend_factory", "engine_runtimes", "runtime"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -80,9 +80,6 @@ def backend_factory(base_image: str, home: Path) -> Any:
 
 # --- OCI runtimes: the Docker tests that matter run under runc and under gVisor (runsc) -------------------------
 
-RUNTIMES = ("runc", "runsc")
-"""Every runtime a profile may ask for; the backend suites run under each."""
-
 
 @pytest.fixture(scope="session")
 def engine_runtimes() -> frozenset[str]:
@@ -94,16 +91,6 @@ def engine_runtimes() -> frozenset[str]:
         return frozenset((client.info().get("Runtimes") or {}).keys())
     finally:
         client.close()
-
-
-def require_runtime(runtime: str, available: frozenset[str]) -> None:
-    """Skip a test whose runtime the engine lacks, except under CI (``.ci/run`` registers runsc): there, fail."""
-    if runtime in available:
-        return
-    message = f"the Docker engine has no runtime {runtime!r} (register it with images/register-runsc.sh)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message + "; under CI it must be there", pytrace=False)
-    pytest.skip(message)
 
 
 @pytest.fixture(params=RUNTIMES)

@@ -14,7 +14,7 @@ from executor.ids import new_session_id
 from executor.sandbox.base import Backend, SessionInfo, open_backend
 from executor.sandbox.docker import DockerBackend
 from executor.testing import BackendConformance
-from tests.conftest import require_runtime
+from executor.testing.runtimes import require_runtime
 
 pytestmark = pytest.mark.docker
 

@@ -12,7 +12,7 @@ import trio
 
 from executor.config import Settings, load_settings
 from executor.session import Executor, Session, open_executor
-from tests.conftest import require_runtime
+from executor.testing.runtimes import require_runtime
 
 pytestmark = pytest.mark.docker
 

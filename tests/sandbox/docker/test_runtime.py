@@ -12,7 +12,7 @@ import trio
 
 from executor.config import Profile, load_settings
 from executor.errors import AgentError, ConfigError, EngineError
-from executor.sandbox.base import new_session_id
+from executor.ids import new_session_id
 from executor.sandbox.docker import DockerBackend
 from executor.sandbox.docker.hardening import (
     RUNSC_ARGS,
@@ -21,7 +21,7 @@ from executor.sandbox.docker.hardening import (
     pinned_seccomp,
     runtime_problem,
 )
-from tests.conftest import require_runtime
+from executor.testing.runtimes import require_runtime
 
 
 def test_runtime_defaults_to_runc_and_rejects_others_at_load() -> None:
