@@ -260,6 +260,9 @@ class WriteAction(_Model):
     """The target's state when the write was prepared; execution refuses any other state."""
     diff: str = ""
     """Unified diff shown for review (presentation only: not part of the identity, which binds the content)."""
+    git_dir: str | None = None
+    """The git directory the path lies in when the host found one not named ``.git`` (``git init
+    --separate-git-dir``, a bare repository); the gate then protects its hooks and config as it does ``.git``'s."""
 
     @field_validator("path")
     @classmethod
@@ -275,7 +278,8 @@ class WriteAction(_Model):
         The diff is derived from content and reviewed state, so it is left out: a re-rendered diff must not
         invalidate an approval, while any change to the bytes or to the target does.
         """
-        payload = {"v": 1, **self.model_dump(mode="json", exclude={"diff"})}
+        # git_dir joins the payload only when set, so identities of writes outside such folders stay as before.
+        payload = {"v": 1, **self.model_dump(mode="json", exclude={"diff"} | ({"git_dir"} if self.git_dir is None else set()))}
         return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 

@@ -5,6 +5,10 @@ Order and floors:
 1. Static policy (:meth:`Policy.evaluate`). A static ``deny`` or ``allow`` decides alone; the outcome is
    marked ``static_only`` and no judge is asked (an allow rule only ever covers one plain read-only
    command). A static ``ask`` is a floor: judgment can still turn it into a deny, never into an allow.
+   One exception, whatever the policy file says: a static ``allow`` never decides alone for a command whose
+   environment changes what runs (the caller's env or the command's own assignments, classified by
+   :mod:`executor.gate.env`): ``ls`` with ``BASH_ENV`` or ``PATH`` set is not the ``ls`` the rule allowed, so
+   the judges are asked as if no rule had matched.
 2. Judgment of the :data:`~executor.gate.decision.GATE_TABLE`. The embedded rules judge always runs first,
    as a floor; the configured judge (for example ``openai``) runs next unless the verdict is already deny,
    and can only make it stricter. A failed judgment counts as ``ask`` (fail closed); where nobody can
@@ -27,11 +31,13 @@ from pydantic import BaseModel, ConfigDict
 from executor.config import GateSettings
 from executor.gate.cache import AnswerCache, run_judgment
 from executor.gate.decision import GATE_TABLE, decide, explain, strictest
+from executor.gate.env import risky_env
 from executor.gate.judge.base import Judge
 from executor.gate.judge.openai import UNTRUSTED_NOTICE
 from executor.gate.judge.rules import RulesJudge
 from executor.gate.judge.rules_gate import judge_material
 from executor.gate.policy import Policy, StaticVerdict
+from executor.gate.shell import parse_command
 from executor.models import BashAction, Decision, JudgmentRecord, JudgmentRequest, WriteAction
 
 __all__ = ["DEFAULT_CACHE", "Gate", "GateOutcome", "gate_material"]
@@ -103,6 +109,8 @@ def gate_material(
             "target_mode": oct(action.reviewed.mode),
             "diff": action.diff,
         }
+        if action.git_dir is not None:
+            view["git_dir"] = action.git_dir
     return {
         "notice": UNTRUSTED_NOTICE,
         "workspace": workspace,
@@ -134,6 +142,12 @@ class Gate:
         self.floor: Judge = RulesJudge()
         self.judge = None if judge is None or isinstance(judge, RulesJudge) else judge
         self.cache = AnswerCache.from_settings(settings.cache) if isinstance(cache, _DefaultCache) else cache
+
+    @staticmethod
+    def _env_changes_code(action: BashAction | WriteAction) -> bool:
+        if not isinstance(action, BashAction):
+            return False
+        return bool(risky_env(action.env, parse_command(action.command).assignments))
 
     def request_for(
         self, action: BashAction | WriteAction, *, session_id: str, material: Mapping[str, object] | None = None
@@ -181,7 +195,8 @@ class Gate:
         identity = action.identity()
         static = self.policy.evaluate(action)
         reasons = [f"policy rule {m.rule!r} ({m.decision}): {m.justification}" for m in static.matches]
-        if static.decision in ("allow", "deny"):
+        alone = static.decision == "deny" or (static.decision == "allow" and not self._env_changes_code(action))
+        if alone and static.decision is not None:
             return GateOutcome(
                 identity=identity,
                 decision=static.decision,
@@ -192,7 +207,7 @@ class Gate:
                 reasons=reasons,
             )
         request = self.request_for(action, session_id=session_id, material=material)
-        decision: Decision = static.decision or "allow"
+        decision: Decision = "ask" if static.decision == "ask" else "allow"
         judgments: list[JudgmentRecord] = []
         for judge in (self.floor, self.judge):
             if judge is None or decision == "deny":

@@ -20,18 +20,42 @@ A policy file (``policy/<name>.toml``, chosen per profile by ``Profile.policy``)
     glob = ["**/.git/hooks/**"]            # '**' any folders, '*' within one folder; {workspace}, {home}
     outside = "{workspace}"                # matches every path not at or below this folder
     unless_glob = []
+    applies_to = ["write_file", "bash"]    # the default: write_file paths and the files bash commands write
     examples.match = ["{workspace}/.git/hooks/pre-commit"]
     examples.no_match = ["{workspace}/src/hooks.py"]
+    examples.command_match = ["cd .git/hooks && printf x > pre-commit"]   # bash, run in {workspace}
+    examples.command_no_match = ["echo x > notes.txt"]
+
+    [[env]]
+    name = "env-changes-what-runs"
+    decision = "ask"
+    justification = "These variables decide which code runs."
+    classes = ["shell", "loader"]          # see executor.gate.env: shell, loader, search-path, interpreter, ...
+    names = ["MY_PLUGIN_*"]                # name globs, in addition to the classes
+    unless_names = []
+    examples.match = ["BASH_ENV=/workspace/x.sh", "LD_PRELOAD=/tmp/x.so"]   # NAME=VALUE entries
+    examples.no_match = ["LANG=C.UTF-8"]
 
 Semantics:
 
-* Command rules apply to bash actions, path rules to write actions.
+* Command rules apply to bash actions. Path rules apply to write actions and, unless ``applies_to`` leaves
+  ``bash`` out, to every file a bash command may write (output redirections and writing tools, see
+  :mod:`executor.gate.shell`), resolved against the command's effective working directory: its cwd and every
+  ``cd DIR`` earlier in the same string. Device sinks (``/dev/null``, ``/dev/stdout``, ``/dev/fd/N`` ...) are
+  not files and are not matched. A write the host found to lie inside a git directory that is not named
+  ``.git`` (``WriteAction.git_dir``: ``git init --separate-git-dir``, bare repositories) is matched both as
+  written and as if that directory were named ``.git``, so the git rules hold wherever git looks.
+* Env rules apply to bash actions: to each entry of the caller's env and each assignment inside the command
+  string (``LD_PRELOAD=x ls``, ``env PATH=x ls``, ``export BASH_ENV=x``); ``classes`` name the classes of
+  :func:`executor.gate.env.classify_env`. Independently of the rules, a static ``allow`` never decides alone
+  when any such entry changes what runs: the judges are asked (see :mod:`executor.gate.gate`).
 * An ``allow`` command rule only matches a command that is one simple command with no shell metacharacter
   (see :mod:`executor.gate.shell`), and only by its own first words: ``ls`` never allows ``ls; rm -rf /``.
 * ``ask`` and ``deny`` command rules match every simple command the string might run: each part of a list
   or pipeline, substitutions, ``bash -c`` strings, and what wrappers such as ``sudo`` or ``env`` run.
 * The strictest matching rule wins (deny > ask > allow); no match means no static decision.
-* Every rule needs at least one ``examples.match``; each example is checked at load, so a rule that
+* Every rule needs at least one ``examples.match``; path rules may add ``examples.command_match`` and
+  ``examples.command_no_match`` (bash commands run in ``{workspace}``); each example is checked at load, so a rule that
   disagrees with its examples fails to load with a :class:`~executor.errors.ConfigError` naming the file,
   the rule and the example.
 """
@@ -54,15 +78,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from executor.config import GateSettings, Profile
 from executor.errors import ConfigError
 from executor.gate.decision import strictest
-from executor.gate.shell import ParsedCommand, parse_command
+from executor.gate.env import ENV_CLASSES, EnvClass, classify_env, split_assignment
+from executor.gate.shell import ParsedCommand, parse_command, resolve_target
 from executor.models import BashAction, Decision, WriteAction
 
 __all__ = [
     "CommandRule",
+    "EnvRule",
     "PathRule",
     "Policy",
     "RuleMatch",
     "StaticVerdict",
+    "bash_write_paths",
+    "git_dir_alias",
     "load_policy",
     "load_profile_policy",
     "policy_path",
@@ -78,6 +106,8 @@ class _Spec(BaseModel):
 class _Examples(_Spec):
     match: list[str] = Field(min_length=1)
     no_match: list[str] = []
+    command_match: list[str] = []
+    command_no_match: list[str] = []
 
 
 class _RuleSpec(_Spec):
@@ -98,12 +128,20 @@ class _PathSpec(_RuleSpec):
     glob: list[str] = []
     outside: str | None = None
     unless_glob: list[str] = []
+    applies_to: list[Literal["write_file", "bash"]] = Field(default=["write_file", "bash"], min_length=1)
+
+
+class _EnvSpec(_RuleSpec):
+    classes: list[EnvClass] = []
+    names: list[str] = []
+    unless_names: list[str] = []
 
 
 class _FileSpec(_Spec):
     description: str = ""
     command: list[_CommandSpec] = []
     path: list[_PathSpec] = []
+    env: list[_EnvSpec] = []
 
 
 class RuleMatch(BaseModel):
@@ -113,7 +151,7 @@ class RuleMatch(BaseModel):
 
     rule: str
     """The rule's name."""
-    kind: Literal["command", "path"]
+    kind: Literal["command", "path", "env"]
     """Which kind of rule."""
     decision: Decision
     """The rule's decision."""
@@ -257,6 +295,52 @@ class PathRule:
         return False
 
 
+_SINKS = re.compile(r"^/dev/(null|zero|full|stdout|stderr|stdin|tty|fd/[0-9]+)$|^/proc/self/fd/[0-9]+$|^/dev/(tcp|udp)/")
+"""Redirection targets that are not files a command writes."""
+
+
+def bash_write_paths(parsed: ParsedCommand, *, cwd: str, home: str) -> tuple[str, ...]:
+    """The absolute paths a bash command may write that can be placed (see :func:`resolve_target`); device sinks
+    such as ``/dev/null`` are left out."""
+    out: dict[str, None] = {}
+    for target in parsed.write_targets:
+        paths, _ = resolve_target(target, cwd=cwd, home=home)
+        for path in paths:
+            if not _SINKS.match(path):
+                out[path] = None
+    return tuple(out)
+
+
+def git_dir_alias(path: str, git_dir: str | None) -> str | None:
+    """``path`` as if the git directory ``git_dir`` holding it were named ``.git`` (None when it is not inside)."""
+    if git_dir is None:
+        return None
+    root = git_dir.rstrip("/") or "/"
+    if not path.startswith(root + "/") or posixpath.basename(root) == ".git":
+        return None
+    return posixpath.join(posixpath.dirname(root), ".git", path[len(root) + 1 :])
+
+
+@dataclass(frozen=True)
+class EnvRule:
+    """A compiled env rule (see the module docstring)."""
+
+    name: str
+    decision: Decision
+    justification: str
+    classes: frozenset[EnvClass]
+    names: tuple[str, ...]
+    unless: tuple[str, ...]
+
+    def matches(self, name: str) -> bool:
+        """True when this rule applies to the variable ``name``."""
+        if any(fnmatch.fnmatchcase(name, glob) for glob in self.unless):
+            return False
+        if any(fnmatch.fnmatchcase(name, glob) for glob in self.names):
+            return True
+        return classify_env(name) in self.classes
+
+
 @dataclass(frozen=True)
 class Policy:
     """A loaded, example-checked static policy."""
@@ -268,6 +352,10 @@ class Policy:
     description: str
     command_rules: tuple[CommandRule, ...]
     path_rules: tuple[PathRule, ...]
+    env_rules: tuple[EnvRule, ...] = ()
+    """Env rules (see the module docstring)."""
+    bash_path_rules: tuple[PathRule, ...] = ()
+    """The path rules that also apply to the files bash commands write."""
     workspace: str = "/workspace"
     """The workspace ``{workspace}`` was filled with."""
     home: str = "/home/agent"
@@ -285,9 +373,32 @@ class Policy:
                             rule=rule.name, kind="command", decision=rule.decision, justification=rule.justification
                         )
                     )
+            names = [*action.env, *(name for name, _ in parsed.assignments)]
+            for env_rule in self.env_rules:
+                if any(env_rule.matches(name) for name in names):
+                    found.append(
+                        RuleMatch(
+                            rule=env_rule.name,
+                            kind="env",
+                            decision=env_rule.decision,
+                            justification=env_rule.justification,
+                        )
+                    )
+            written = bash_write_paths(parsed, cwd=action.cwd, home=self.home)
+            for path_rule in self.bash_path_rules:
+                if any(path_rule.matches(path) for path in written):
+                    found.append(
+                        RuleMatch(
+                            rule=path_rule.name,
+                            kind="path",
+                            decision=path_rule.decision,
+                            justification=path_rule.justification,
+                        )
+                    )
         else:
+            alias = git_dir_alias(action.path, action.git_dir)
             for path_rule in self.path_rules:
-                if path_rule.matches(action.path):
+                if path_rule.matches(action.path) or (alias is not None and path_rule.matches(alias)):
                     found.append(
                         RuleMatch(
                             rule=path_rule.name,
@@ -340,6 +451,21 @@ def _command_rule(where: str, spec: _CommandSpec) -> CommandRule:
     )
 
 
+def _env_rule(where: str, spec: _EnvSpec) -> EnvRule:
+    if not (spec.classes or spec.names):
+        raise ConfigError(f"{where}: needs 'classes' (any of {', '.join(ENV_CLASSES)}) or 'names'")
+    if spec.examples.command_match or spec.examples.command_no_match:
+        raise ConfigError(f"{where}: examples.command_match and command_no_match belong to path rules")
+    return EnvRule(
+        name=spec.name,
+        decision=spec.decision,
+        justification=spec.justification,
+        classes=frozenset(spec.classes),
+        names=tuple(spec.names),
+        unless=tuple(spec.unless_names),
+    )
+
+
 def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str) -> PathRule:
     if not (spec.glob or spec.outside):
         raise ConfigError(f"{where}: needs 'glob' or 'outside'")
@@ -389,12 +515,15 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
     names: set[str] = set()
     command_rules: list[CommandRule] = []
     path_rules: list[PathRule] = []
+    bash_path_rules: list[PathRule] = []
     for command_spec in spec.command:
         where = f"{path}: command rule {command_spec.name!r}"
         if command_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(command_spec.name)
         rule = _command_rule(where, command_spec)
+        if command_spec.examples.command_match or command_spec.examples.command_no_match:
+            raise ConfigError(f"{where}: examples.command_match and command_no_match belong to path rules")
         for example in command_spec.examples.match:
             if not rule.matches(example):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.match but does not match")
@@ -414,13 +543,42 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
         for example in path_spec.examples.no_match:
             if path_rule.matches(_fill(example, workspace, home)):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.no_match but matches")
+        on_bash = "bash" in path_spec.applies_to
+        if not on_bash and (path_spec.examples.command_match or path_spec.examples.command_no_match):
+            raise ConfigError(f"{where}: command examples need 'bash' in applies_to")
+        for wanted, examples in ((True, path_spec.examples.command_match), (False, path_spec.examples.command_no_match)):
+            for example in examples:
+                written = bash_write_paths(parse_command(example), cwd=workspace.rstrip("/") or "/", home=home)
+                if any(path_rule.matches(target) for target in written) != wanted:
+                    listed = "examples.command_match but does not match" if wanted else "examples.command_no_match but matches"
+                    raise ConfigError(f"{where}: example {example!r} is listed under {listed}")
         path_rules.append(path_rule)
+        if on_bash:
+            bash_path_rules.append(path_rule)
+    env_rules: list[EnvRule] = []
+    for env_spec in spec.env:
+        where = f"{path}: env rule {env_spec.name!r}"
+        if env_spec.name in names:
+            raise ConfigError(f"{where}: duplicate rule name")
+        names.add(env_spec.name)
+        env_rule = _env_rule(where, env_spec)
+        for wanted, examples in ((True, env_spec.examples.match), (False, env_spec.examples.no_match)):
+            for example in examples:
+                entry = split_assignment(example)
+                if entry is None:
+                    raise ConfigError(f"{where}: example {example!r} is not a NAME=VALUE entry")
+                if env_rule.matches(entry[0]) != wanted:
+                    listed = "examples.match but does not match" if wanted else "examples.no_match but matches"
+                    raise ConfigError(f"{where}: example {example!r} is listed under {listed}")
+        env_rules.append(env_rule)
     return Policy(
         name=path.stem,
         sha256=hashlib.sha256(raw).hexdigest(),
         description=spec.description,
         command_rules=tuple(command_rules),
         path_rules=tuple(path_rules),
+        env_rules=tuple(env_rules),
+        bash_path_rules=tuple(bash_path_rules),
         workspace=workspace.rstrip("/") or "/",
         home=home.rstrip("/") or "/",
     )

@@ -1,8 +1,12 @@
 """The embedded, offline, deterministic judge of the ``gate`` reflex (pure).
 
-It answers :data:`~executor.gate.decision.GATE_TABLE` from the action alone: destructive operations,
+It answers :data:`~executor.gate.decision.GATE_TABLE` from the whole action: destructive operations,
 network exfiltration, privilege changes, obfuscation (base64-to-shell, eval, ``$(printf ...)``, hex
-escapes, quoting tricks, unparseable shell) and writes to sensitive areas. It is the floor under every
+escapes, quoting tricks, unparseable shell, an environment that changes which code runs) and writes to
+sensitive areas, with every written path resolved against the command's effective working directory (its
+cwd and any ``cd`` before the write). Code handed to an interpreter on its command line (``python3 -c``,
+``perl -e``, ``node -e`` ...) may write anything: when it can reach files or programs it counts as an
+unknown write (``sensitive_path`` 1), and as a hook or start-up file write when it names one. It is the floor under every
 other judge: the gate always runs it, and another judge can only make the verdict stricter.
 
 Sandbox material (``sandbox_data``: command output, file content) is only ever scanned for text that
@@ -17,7 +21,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from executor.gate.shell import ParsedCommand, parse_command
+from executor.gate.env import risky_env
+from executor.gate.policy import git_dir_alias
+from executor.gate.shell import GIT_HOOK_NAMES, ParsedCommand, parse_command, resolve_target
 from executor.models import Answer, JudgmentRequest
 
 __all__ = ["Findings", "answer", "assess_command", "assess_path", "find_instructions"]
@@ -92,7 +98,24 @@ _INSTRUCTIONS = re.compile(
     r"<\|?(im_start|system)\|?>|\bdisregard\b.{0,64}\b(instructions|policy)|do\s{1,8}not\s{1,8}ask\s{1,8}the\s{1,8}user)",
     re.IGNORECASE,
 )
-_WRITING_TOOLS = frozenset({"tee", "cp", "mv", "ln", "install", "touch", "truncate", "rsync", "dd", "sed", "chmod"})
+# What inline interpreter code needs to reach a file or a program (any language): over-approximate on purpose.
+_CODE_REACH = re.compile(
+    r"\b(import|require|include|use|open|exec|eval|compile|system|spawn|popen|fork|write|unlink|remove|rename|"
+    r"symlink|link|chmod|chown|mkdir|rmdir|copy|move|File|IO|Dir|Path|fs|os|sys|shutil|subprocess|process|"
+    r"Kernel|send|getattr|setattr|globals|vars|locals|breakpoint|help|input|load|dlopen|ctypes|socket|syscall|"
+    r"qx|Function|constructor|globalThis|module|builtins|Deno|Bun|getline|print\s*>|printf\s*>)\b"
+    r"|__|`|%x|\$\(|[<>|]|\\[0-7xuU]|\bchr\b|\bord\b|\bdo\b",
+)
+_CODE_SENSITIVE = re.compile(r"\.git\b|\bhooks\b|core\.hookspath|gitdir", re.IGNORECASE)
+_CODE_STARTUP = re.compile(
+    r"\.(bashrc|bash_profile|bash_login|profile|zshrc|zshenv|zprofile|gitconfig)\b|\.ssh\b|authorized_keys",
+    re.IGNORECASE,
+)
+_GIT_OPTION_ARGS = frozenset({"-c", "-C", "--git-dir", "--work-tree", "--namespace", "--config-env", "--exec-path"})
+_GIT_PROGRAM_KEYS = re.compile(
+    r"(?i)^(core\.(hookspath|fsmonitor|sshcommand|pager|editor|askpass|gitproxy)|alias\.|credential\.|include|"
+    r".*\.(command|textconv|clean|smudge|process|driver|cmd)\b)"
+)
 _SCAN_LIMIT = 1_000_000
 """Characters of sandbox material scanned for instructions (the rest is not read)."""
 
@@ -140,9 +163,16 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
     name = parts[-1]
     if ".git" in parts:
         rest = parts[parts.index(".git") + 1 :]
-        if "hooks" in rest or rest[-1:] == ["config"]:
+        if (
+            "hooks" in rest
+            or rest[-1:] in (["config"], ["config.worktree"], ["commondir"], ["gitdir"])
+            or not rest
+        ):
             findings.raise_to("sensitive_path", 3, f"writes git hooks or git config ({path}), which run on the host")
             return
+    if len(parts) >= 2 and parts[-2] == "hooks" and name in GIT_HOOK_NAMES:
+        findings.raise_to("sensitive_path", 3, f"writes a git hook by name ({path}); git may be pointed at it")
+        return
     if path.startswith("/etc/sudoers"):
         findings.raise_to("sensitive_path", 3, f"writes {path}")
         findings.raise_to("privilege", 3, "changes sudo rules")
@@ -187,6 +217,22 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
         findings.raise_to("sensitive_path", 1, f"writes outside the workspace ({path})")
 
 
+def _git_subcommand(args: tuple[str, ...], findings: Findings) -> tuple[str, tuple[str, ...]]:
+    """Git's subcommand and its arguments, past global options (``-c KEY=VALUE``, ``-C DIR`` ...)."""
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        option = args[index]
+        value = args[index + 1] if option in _GIT_OPTION_ARGS and index + 1 < len(args) else None
+        if option in ("-c", "--config-env") and value is not None and _GIT_PROGRAM_KEYS.match(value):
+            findings.raise_to("obfuscation", 2, f"git -c sets {value.split('=')[0][:60]!r}, which runs programs")
+        if option.startswith("--config-env="):
+            findings.raise_to("obfuscation", 2, "git --config-env takes config (possibly programs) from the environment")
+        index += 2 if value is not None else 1
+    if index >= len(args):
+        return "", ()
+    return args[index], args[index + 1 :]
+
+
 def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str, home: str) -> None:
     name = argv[0]
     args = argv[1:]
@@ -213,10 +259,6 @@ def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str,
                 findings.raise_to("destructive", 1, "recursively deletes files")
     elif name in _DISK_TOOLS or name.startswith("mkfs."):
         findings.raise_to("destructive", 3, f"{name} destroys a filesystem or disk")
-    elif name == "dd":
-        for arg in args:
-            if arg.startswith("of="):
-                assess_path(arg[3:], findings, workspace=workspace, home=home)
     elif name == "shred":
         findings.raise_to("destructive", 3 if any(_DISK.match(op) for op in operands) else 2, "shreds data")
     elif name == "find":
@@ -226,8 +268,11 @@ def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str,
             else:
                 findings.raise_to("destructive", 1, "find deletes what it matches")
     elif name == "git" and args:
-        sub = next((arg for arg in args if not arg.startswith("-")), "")
-        rest = args[args.index(sub) + 1 :] if sub else ()
+        sub, rest = _git_subcommand(args, findings)
+        if any(arg.startswith(("--separate-git-dir", "--template", "--git-dir")) for arg in args):
+            findings.raise_to(
+                "sensitive_path", 1, "moves the git directory or its templates; hooks then live somewhere else"
+            )
         if sub == "push":
             if any(a.startswith(("--force", "+")) or a in ("-f", "--delete", "--mirror") for a in rest):
                 findings.raise_to("destructive", 2, "force-pushes or deletes remote history")
@@ -280,19 +325,66 @@ def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str,
             findings.raise_to("obfuscation", 2, f"{name} builds code at run time (exec/eval/decode)")
         if _CODE_DELETE.search(code):
             findings.raise_to("destructive", 1, f"{name} one-liner deletes files or runs commands")
-    if name in _WRITING_TOOLS:
-        if name == "sed" and not any(flag.startswith("-i") or flag == "--in-place" for flag in flags):
-            return
-        targets = operands[-1:] if name in ("cp", "mv", "ln", "install", "rsync") else operands
-        if name == "chmod":
-            targets = operands[1:]
-        for target in targets:
-            assess_path(target, findings, workspace=workspace, home=home)
 
 
-def assess_command(command: str, findings: Findings, *, workspace: str, home: str) -> ParsedCommand:
-    """Raise levels for everything a bash command string might do."""
+def _assess_env(env: Mapping[str, str], parsed: ParsedCommand, findings: Findings) -> None:
+    for found in risky_env(env, parsed.assignments):
+        where = "the call's env" if found.source == "env" else "the command"
+        findings.raise_to(
+            "obfuscation",
+            1,
+            f"{where} sets {found.name[:60]!r} ({found.env_class}), which changes which code runs",
+        )
+
+
+def _assess_writes(parsed: ParsedCommand, findings: Findings, *, cwd: str, workspace: str, home: str) -> None:
+    for target in parsed.write_targets:
+        paths, known = resolve_target(target, cwd=cwd, home=home)
+        for path in paths:
+            assess_path(path, findings, workspace=workspace, home=home)
+        if not known:
+            name = posixpath.basename(target.word)
+            if name in GIT_HOOK_NAMES or name in ("config", ".git"):
+                findings.raise_to(
+                    "sensitive_path", 2, f"writes {name!r} in a folder only known at run time (maybe a git directory)"
+                )
+            else:
+                findings.raise_to("sensitive_path", 1, f"writes {target.word[:60]!r} in a folder only known at run time")
+
+
+def _assess_inline_code(parsed: ParsedCommand, findings: Findings, *, cwd: str) -> None:
+    in_git = ".git" in cwd.split("/") or any(".git" in folder.split("/") for folder in parsed.cd_dirs)
+    for interpreter, code in parsed.inline_code:
+        if code == "-":
+            findings.raise_to("sensitive_path", 1, f"{interpreter} reads its program from stdin; what it writes is unknown")
+            continue
+        if _CODE_SENSITIVE.search(code) or (in_git and _CODE_REACH.search(code)):
+            findings.raise_to(
+                "sensitive_path", 3, f"{interpreter} inline code names git hooks, git config or a git directory"
+            )
+        elif _CODE_STARTUP.search(code):
+            findings.raise_to("sensitive_path", 2, f"{interpreter} inline code names shell start-up or ssh files")
+        elif _CODE_REACH.search(code):
+            findings.raise_to(
+                "sensitive_path", 1, f"{interpreter} inline code can write files or run programs; what it writes is unknown"
+            )
+
+
+def assess_command(
+    command: str,
+    findings: Findings,
+    *,
+    workspace: str,
+    home: str,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ParsedCommand:
+    """Raise levels for everything a bash command string might do, run in ``cwd`` with ``env`` added."""
     parsed = parse_command(command)
+    cwd = cwd or workspace
+    _assess_env(env or {}, parsed, findings)
+    _assess_writes(parsed, findings, cwd=cwd, workspace=workspace, home=home)
+    _assess_inline_code(parsed, findings, cwd=cwd)
     if not parsed.parsed:
         findings.raise_to("obfuscation", 2, "the command does not parse cleanly or nests too deep to read")
     if _FETCH_TO_SHELL.search(command):
@@ -328,8 +420,6 @@ def assess_command(command: str, findings: Findings, *, workspace: str, home: st
             findings.raise_to("obfuscation", 2, f"the command name {word[:40]!r} is spelled with quotes or escapes")
     for candidate in parsed.candidates:
         _assess_candidate(candidate, findings, workspace, home)
-    for target in parsed.redirect_targets:
-        assess_path(target, findings, workspace=workspace, home=home)
     return parsed
 
 
@@ -369,16 +459,29 @@ def judge_material(material: Mapping[str, object]) -> Findings:
         return findings
     if action.get("kind") == "bash":
         command = action.get("command")
+        cwd = action.get("cwd")
+        env = action.get("env")
         if not isinstance(command, str):
             findings.raise_to("obfuscation", 2, "the action has no command string")
         else:
-            assess_command(command, findings, workspace=workspace, home=home)
+            assess_command(
+                command,
+                findings,
+                workspace=workspace,
+                home=home,
+                cwd=cwd if isinstance(cwd, str) and cwd.startswith("/") else workspace,
+                env={str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {},
+            )
     elif action.get("kind") == "write":
         path = action.get("path")
+        git_dir = action.get("git_dir")
         if not isinstance(path, str):
             findings.raise_to("sensitive_path", 2, "the write has no path")
         else:
             assess_path(path, findings, workspace=workspace, home=home)
+            alias = git_dir_alias(path, git_dir if isinstance(git_dir, str) else None)
+            if alias is not None:
+                assess_path(alias, findings, workspace=workspace, home=home)
     else:
         findings.raise_to("obfuscation", 2, "unknown action kind")
     findings.instructions = find_instructions(_strings(material.get("sandbox_data"))) or find_instructions(
