@@ -443,6 +443,8 @@ class Profile(_Section):
         for name in value:
             if _CREDENTIAL_RE.search(name):
                 raise ValueError(f"env {name!r} looks like a credential; secrets are never put in a container")
+            if not name or "=" in name or "," in name or "\0" in name:
+                raise ValueError(f"env name {name!r} must be non-empty without '=', ',' or NUL")
         return value
 
     @field_validator("volumes")

@@ -279,7 +279,10 @@ class WriteAction(_Model):
         invalidate an approval, while any change to the bytes or to the target does.
         """
         # git_dir joins the payload only when set, so identities of writes outside such folders stay as before.
-        payload = {"v": 1, **self.model_dump(mode="json", exclude={"diff"} | ({"git_dir"} if self.git_dir is None else set()))}
+        payload = {
+            "v": 1,
+            **self.model_dump(mode="json", exclude={"diff"} | ({"git_dir"} if self.git_dir is None else set())),
+        }
         return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 

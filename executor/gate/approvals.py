@@ -130,32 +130,55 @@ def printable(text: str, *, keep_newlines: bool = True) -> str:
     return "".join(out)
 
 
+def _line(text: str) -> str:
+    """One field of a prompt on one line: newlines, CR, escapes, bidi and invisible characters shown as escapes."""
+    return printable(text, keep_newlines=False)
+
+
+_GUTTER = "  | "
+"""Every diff line is shown after this gutter, so content can never start a line of the prompt itself."""
+
+
 def summarize(action: BashAction | WriteAction) -> str:
-    """The human-readable summary shown for approval: the command, or the path and the diff."""
+    """The human-readable summary shown for approval: the command, or the path and the diff.
+
+    Every field a person reads (command, cwd, env names and values, path, diff lines) is escaped so that it
+    cannot forge a line of its own: newlines, carriage returns, terminal escapes, bidi overrides and invisible
+    characters appear as ``\\xNN``/``\\uNNNN`` escapes, and diff lines sit behind a ``|`` gutter.
+    """
     if isinstance(action, BashAction):
         lines = [
-            f"run in session {action.session_id}:",
-            f"  $ {printable(action.command, keep_newlines=False)}",
-            f"  cwd: {printable(action.cwd)}",
+            f"run in session {_line(action.session_id)}:",
+            f"  $ {_line(action.command)}",
+            f"  cwd: {_line(action.cwd)}",
             f"  timeout: {action.timeout_ms} ms",
         ]
-        if action.env:
-            lines.append("  env: " + ", ".join(f"{printable(k)}={printable(v)}" for k, v in sorted(action.env.items())))
+        for name, value in sorted(action.env.items()):
+            lines.append(f"  env: {_line(name)}={_line(value)}")
         if action.stdin_sha256:
             lines.append(f"  stdin: sha256 {action.stdin_sha256}")
         return "\n".join(lines)
     target = "new file" if action.reviewed.kind == "missing" else f"replaces a {action.reviewed.kind} file"
     lines = [
-        f"write in session {action.session_id}: {printable(action.path)} ({target}, {action.size} bytes, "
+        f"write in session {_line(action.session_id)}: {_line(action.path)} ({target}, {action.size} bytes, "
         f"sha256 {action.content_sha256[:16]})"
     ]
-    lines.append(printable(action.diff) if action.diff else "(no diff available)")
+    if action.git_dir is not None:
+        lines.append(f"  inside the git directory {_line(action.git_dir)}")
+    if action.diff:
+        lines.extend(_GUTTER + _line(line) for line in action.diff.splitlines())
+    else:
+        lines.append("(no diff available)")
     return "\n".join(lines)
 
 
 def blocked_result_text(request: ApprovalRequest) -> str:
     """The tool result an agent gets when an action needs approval and nobody can give it."""
-    why = "; ".join(request.reasons) if request.reasons else "the gate asks for a person's review"
+    why = (
+        "; ".join(_line(reason) for reason in request.reasons)
+        if request.reasons
+        else "the gate asks for a person's review"
+    )
     kind = "command" if isinstance(request.action, BashAction) else "write"
     return (
         f"BLOCKED: this {kind} needs a person's approval and this run has no one to approve it, so nothing ran. "

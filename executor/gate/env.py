@@ -52,7 +52,15 @@ __all__ = ["ENV_CLASSES", "EnvClass", "EnvFinding", "classify_env", "risky_env",
 EnvClass = Literal["shell", "loader", "search-path", "interpreter", "git", "program", "unusual"]
 """Why an environment name changes what code runs (see the module docstring)."""
 
-ENV_CLASSES: Final[tuple[EnvClass, ...]] = ("shell", "loader", "search-path", "interpreter", "git", "program", "unusual")
+ENV_CLASSES: Final[tuple[EnvClass, ...]] = (
+    "shell",
+    "loader",
+    "search-path",
+    "interpreter",
+    "git",
+    "program",
+    "unusual",
+)
 """Every class, in the order a name is tested against them."""
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -192,9 +200,7 @@ def split_assignment(entry: str) -> tuple[str, str] | None:
     return name.removesuffix("+"), value
 
 
-def risky_env(
-    env: Mapping[str, str], assignments: Iterable[tuple[str, str]] = ()
-) -> tuple[EnvFinding, ...]:
+def risky_env(env: Mapping[str, str], assignments: Iterable[tuple[str, str]] = ()) -> tuple[EnvFinding, ...]:
     """Every entry of the caller's ``env`` and of the command's own ``assignments`` that changes what runs."""
     found: list[EnvFinding] = []
     for source, items in (("env", env.items()), ("command", assignments)):

@@ -295,7 +295,9 @@ class PathRule:
         return False
 
 
-_SINKS = re.compile(r"^/dev/(null|zero|full|stdout|stderr|stdin|tty|fd/[0-9]+)$|^/proc/self/fd/[0-9]+$|^/dev/(tcp|udp)/")
+_SINKS = re.compile(
+    r"^/dev/(null|zero|full|stdout|stderr|stdin|tty|fd/[0-9]+)$|^/proc/self/fd/[0-9]+$|^/dev/(tcp|udp)/"
+)
 """Redirection targets that are not files a command writes."""
 
 
@@ -546,11 +548,18 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
         on_bash = "bash" in path_spec.applies_to
         if not on_bash and (path_spec.examples.command_match or path_spec.examples.command_no_match):
             raise ConfigError(f"{where}: command examples need 'bash' in applies_to")
-        for wanted, examples in ((True, path_spec.examples.command_match), (False, path_spec.examples.command_no_match)):
+        for wanted, examples in (
+            (True, path_spec.examples.command_match),
+            (False, path_spec.examples.command_no_match),
+        ):
             for example in examples:
                 written = bash_write_paths(parse_command(example), cwd=workspace.rstrip("/") or "/", home=home)
                 if any(path_rule.matches(target) for target in written) != wanted:
-                    listed = "examples.command_match but does not match" if wanted else "examples.command_no_match but matches"
+                    listed = (
+                        "examples.command_match but does not match"
+                        if wanted
+                        else "examples.command_no_match but matches"
+                    )
                     raise ConfigError(f"{where}: example {example!r} is listed under {listed}")
         path_rules.append(path_rule)
         if on_bash:

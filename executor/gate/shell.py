@@ -72,10 +72,27 @@ _DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly"})
 # Tools that write the files they name: which operands are written.
 _ALL_OPERANDS = frozenset({"tee", "touch", "truncate", "install", "mkfifo", "mknod", "chmod", "chown", "chgrp"})
 _LAST_OPERAND = frozenset({"cp", "mv", "ln", "rsync", "install"})
-_INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|deno|bun|php[0-9.]*|lua[0-9.]*|luajit|Rscript|tclsh[0-9.]*|jshell|osascript|awk|gawk|mawk|nawk)$")
+_INTERPRETER = re.compile(
+    r"^(python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|deno|bun|php[0-9.]*|lua[0-9.]*|luajit|Rscript|tclsh[0-9.]*|jshell|osascript|awk|gawk|mawk|nawk)$"
+)
 # Flags after which the next word is code (and combined short flags that end in one of these letters).
-_CODE_FLAGS = {"python": "c", "pypy": "c", "perl": "eE", "ruby": "e", "node": "ep", "nodejs": "ep", "deno": "", "bun": "e",
-               "php": "rR", "lua": "e", "luajit": "e", "Rscript": "e", "tclsh": "", "jshell": "", "osascript": "e"}
+_CODE_FLAGS = {
+    "python": "c",
+    "pypy": "c",
+    "perl": "eE",
+    "ruby": "e",
+    "node": "ep",
+    "nodejs": "ep",
+    "deno": "",
+    "bun": "e",
+    "php": "rR",
+    "lua": "e",
+    "luajit": "e",
+    "Rscript": "e",
+    "tclsh": "",
+    "jshell": "",
+    "osascript": "e",
+}
 _LONG_CODE_FLAGS = frozenset({"--eval", "--print", "--command", "--expression", "--exec"})
 _MAX_DIRS = 16
 GIT_HOOK_NAMES = frozenset(
@@ -409,8 +426,12 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
 
 
 def _enter(folder: str, reading: _Reading) -> None:
-    if folder == "-" or "$" in folder or "`" in folder or any(ch in folder for ch in "*?[") or (
-        folder.startswith("~") and not (folder == "~" or folder.startswith("~/"))
+    if (
+        folder == "-"
+        or "$" in folder
+        or "`" in folder
+        or any(ch in folder for ch in "*?[")
+        or (folder.startswith("~") and not (folder == "~" or folder.startswith("~/")))
     ):
         reading.dir_unknown = True
         return

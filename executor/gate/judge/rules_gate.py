@@ -163,11 +163,7 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
     name = parts[-1]
     if ".git" in parts:
         rest = parts[parts.index(".git") + 1 :]
-        if (
-            "hooks" in rest
-            or rest[-1:] in (["config"], ["config.worktree"], ["commondir"], ["gitdir"])
-            or not rest
-        ):
+        if "hooks" in rest or rest[-1:] in (["config"], ["config.worktree"], ["commondir"], ["gitdir"]) or not rest:
             findings.raise_to("sensitive_path", 3, f"writes git hooks or git config ({path}), which run on the host")
             return
     if len(parts) >= 2 and parts[-2] == "hooks" and name in GIT_HOOK_NAMES:
@@ -226,7 +222,9 @@ def _git_subcommand(args: tuple[str, ...], findings: Findings) -> tuple[str, tup
         if option in ("-c", "--config-env") and value is not None and _GIT_PROGRAM_KEYS.match(value):
             findings.raise_to("obfuscation", 2, f"git -c sets {value.split('=')[0][:60]!r}, which runs programs")
         if option.startswith("--config-env="):
-            findings.raise_to("obfuscation", 2, "git --config-env takes config (possibly programs) from the environment")
+            findings.raise_to(
+                "obfuscation", 2, "git --config-env takes config (possibly programs) from the environment"
+            )
         index += 2 if value is not None else 1
     if index >= len(args):
         return "", ()
@@ -349,14 +347,18 @@ def _assess_writes(parsed: ParsedCommand, findings: Findings, *, cwd: str, works
                     "sensitive_path", 2, f"writes {name!r} in a folder only known at run time (maybe a git directory)"
                 )
             else:
-                findings.raise_to("sensitive_path", 1, f"writes {target.word[:60]!r} in a folder only known at run time")
+                findings.raise_to(
+                    "sensitive_path", 1, f"writes {target.word[:60]!r} in a folder only known at run time"
+                )
 
 
 def _assess_inline_code(parsed: ParsedCommand, findings: Findings, *, cwd: str) -> None:
     in_git = ".git" in cwd.split("/") or any(".git" in folder.split("/") for folder in parsed.cd_dirs)
     for interpreter, code in parsed.inline_code:
         if code == "-":
-            findings.raise_to("sensitive_path", 1, f"{interpreter} reads its program from stdin; what it writes is unknown")
+            findings.raise_to(
+                "sensitive_path", 1, f"{interpreter} reads its program from stdin; what it writes is unknown"
+            )
             continue
         if _CODE_SENSITIVE.search(code) or (in_git and _CODE_REACH.search(code)):
             findings.raise_to(
@@ -366,7 +368,9 @@ def _assess_inline_code(parsed: ParsedCommand, findings: Findings, *, cwd: str) 
             findings.raise_to("sensitive_path", 2, f"{interpreter} inline code names shell start-up or ssh files")
         elif _CODE_REACH.search(code):
             findings.raise_to(
-                "sensitive_path", 1, f"{interpreter} inline code can write files or run programs; what it writes is unknown"
+                "sensitive_path",
+                1,
+                f"{interpreter} inline code can write files or run programs; what it writes is unknown",
             )
 
 

@@ -145,12 +145,13 @@ static struct {
     uint32_t max_frame;
     uint64_t detached_buffer;
     uint64_t orphan_exit_ms; /* 0: never. Else: sweep and exit after this long with no host connection. */
+    const char *pass_env;    /* comma-separated names the operator set (profile env): passed to commands as-is */
 } opt;
 
 static pid_t g_self;
 static int g_listen_fd = -1;
 static int g_sig_fd = -1;
-static char **g_base_env;       /* the agent's environ minus credential-shaped names */
+static char **g_base_env;       /* the allow-listed part of the agent's environ (see init_base_env) */
 static size_t g_base_envc;
 static int g_has_path;
 static uint64_t g_run_counter;
@@ -620,6 +621,74 @@ static int is_credential_name(const char *entry)
     return 0;
 }
 
+/* Whether the entry's name is NAME exactly. */
+static int name_is(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
+/* Whether the entry's name is in the comma-separated list (the operator's profile env names). */
+static int in_list(const char *entry, const char *list)
+{
+    const char *eq = strchr(entry, '=');
+    size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, entry, n) == 0)
+            return 1;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+/* The image's ENV must not choose the code commands run (ENV LD_PRELOAD=..., BASH_ENV=..., PATH=/workspace/bin).
+ * Commands get, from the agent's own environ, only: the locale and time zone (LANG, LANGUAGE, LC_*, TZ), the
+ * names the operator set in the profile (--pass-env), and PATH reduced to absolute folders outside every place
+ * the session can write (workspace, home, /tmp, /var/tmp, /dev/shm, /run, the agent's folders); everything else
+ * is dropped. Returns a PATH entry, allocated, or NULL when nothing is left (the default PATH is then used). */
+static char *filtered_path(const char *entry)
+{
+    const char *value = entry + 5;
+    size_t cap = strlen(entry) + 1;
+    char *out = malloc(cap);
+    if (out == NULL)
+        return NULL;
+    size_t k = (size_t)snprintf(out, cap, "PATH=");
+    const char *writable[] = {opt.workspace, opt.home, "/tmp", "/var/tmp", "/dev/shm", "/run", opt.state_dir, "/proc"};
+    for (const char *p = value; p != NULL;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int keep = len > 1 && p[0] == '/';
+        for (size_t i = 0; keep && i + 2 < len; i++)
+            if (p[i] == '/' && p[i + 1] == '.' && (p[i + 2] == '.' || p[i + 2] == '/'))
+                keep = 0; /* no '..' or './' tricks: compare plain absolute folders only */
+        for (size_t w = 0; keep && w < sizeof writable / sizeof writable[0]; w++) {
+            if (writable[w] == NULL)
+                continue;
+            size_t wl = strlen(writable[w]);
+            while (wl > 1 && writable[w][wl - 1] == '/')
+                wl--;
+            if (len >= wl && strncmp(p, writable[w], wl) == 0 && (len == wl || p[wl] == '/'))
+                keep = 0;
+        }
+        if (keep) {
+            if (k > 5)
+                out[k++] = ':';
+            memcpy(out + k, p, len);
+            k += len;
+            out[k] = '\0';
+        }
+        p = end ? end + 1 : NULL;
+    }
+    if (k == 5) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* Keeps a private copy of the environment commands start from, then wipes the original block: Linux lets only a
  * ptrace-capable reader see /proc/1/environ, but gVisor (runsc) lets any user read it. An entry that cannot be
  * copied stays where it is (and unwiped) rather than being lost. */
@@ -632,16 +701,30 @@ static void init_base_env(char **envp)
     if (g_base_env == NULL)
         return;
     for (char **e = envp; *e != NULL; e++) {
-        int keep = strchr(*e, '=') != NULL && !is_credential_name(*e) && strncmp(*e, TAG_VAR "=", sizeof TAG_VAR) != 0;
-        if (keep && strncmp(*e, "PATH=", 5) == 0)
-            g_has_path = 1;
-        char *copy = keep ? strdup(*e) : NULL;
-        if (keep && copy == NULL) {
-            g_base_env[g_base_envc++] = *e;
-            continue;
+        char *keep = NULL; /* what commands get from this entry (the entry itself, a filtered PATH or nothing) */
+        int owned = 0;
+        if (strchr(*e, '=') != NULL && !is_credential_name(*e) && strncmp(*e, TAG_VAR "=", sizeof TAG_VAR) != 0) {
+            int from_profile = opt.pass_env != NULL && in_list(*e, opt.pass_env);
+            if (name_is(*e, "PATH") && !from_profile) {
+                keep = filtered_path(*e);
+                owned = keep != NULL;
+            } else if (from_profile || name_is(*e, "LANG") || name_is(*e, "LANGUAGE") || name_is(*e, "TZ") ||
+                       strncmp(*e, "LC_", 3) == 0) {
+                keep = *e;
+            }
         }
-        if (keep)
-            g_base_env[g_base_envc++] = copy;
+        if (keep != NULL && name_is(keep, "PATH"))
+            g_has_path = 1;
+        if (keep != NULL && !owned) {
+            char *copy = strdup(keep);
+            if (copy == NULL) {
+                g_base_env[g_base_envc++] = *e; /* cannot copy: keep it in place, unwiped, rather than lose it */
+                continue;
+            }
+            keep = copy;
+        }
+        if (keep != NULL)
+            g_base_env[g_base_envc++] = keep;
         memset(*e, 0, strlen(*e));
     }
 }
@@ -1796,7 +1879,7 @@ static void accept_conns(void)
 static void usage_init(void)
 {
     logmsg("usage: agent init --listen SOCK --uid U --gid G --workspace DIR --home DIR --state-dir DIR "
-           "[--max-frame N] [--detached-buffer N] [--orphan-exit-ms N]\n");
+           "[--max-frame N] [--detached-buffer N] [--orphan-exit-ms N] [--pass-env NAME,NAME...]\n");
 }
 
 static int parse_init(int argc, char **argv)
@@ -1831,6 +1914,8 @@ static int parse_init(int argc, char **argv)
             opt.detached_buffer = v;
         else if (strcmp(a, "--orphan-exit-ms") == 0 && parse_u64(val, 0, 1ull << 40, &v) == 0)
             opt.orphan_exit_ms = v;
+        else if (strcmp(a, "--pass-env") == 0)
+            opt.pass_env = val;
         else {
             logmsg("executor-agent: bad option or value: %s %s\n", a, val);
             usage_init();

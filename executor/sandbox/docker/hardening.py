@@ -172,6 +172,9 @@ def agent_command(profile: Profile, agent: AgentSettings, *, ephemeral: bool = F
         str(agent.max_frame_bytes),
         "--orphan-exit-ms",
         str(orphan_exit_ms),
+        # Commands get the image's environment only through the agent's allow-list (PROTOCOL.md, "Runs"); the
+        # operator's own profile env is named here so it still reaches them.
+        *(["--pass-env", ",".join(sorted(profile.env))] if profile.env else []),
     ]
 
 

@@ -177,6 +177,47 @@ async def test_agent_wipes_its_own_environment_block(client: AgentClient, live_a
     assert sink.out.decode().strip() == "/usr/local/bin:/usr/bin:/bin"
 
 
+async def test_command_environment_is_built_from_the_allow_list(asan_agent: Path) -> None:
+    """The agent's own environ reaches commands only through the allow-list: loader, shell start-up and other
+    names are dropped, PATH loses every folder the session can write, and operator names (--pass-env) pass."""
+    hostile = {
+        "LD_PRELOAD": "/nonexistent.so",
+        "BASH_ENV": "/tmp/x.sh",
+        "PYTHONSTARTUP": "/tmp/s.py",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "OPERATOR_SETTING": "kept",
+        "RANDOM_IMAGE_VAR": "dropped",
+    }
+    live = start_agent(asan_agent, env=hostile, extra_args=["--pass-env", "OPERATOR_SETTING,NOT_SET"])
+    try:
+        async with open_agent_unix(live.socket, timeout_s=10) as agent_client:
+            sink, result = await run(agent_client, live, "env")
+    finally:
+        assert stop_agent(live) == 0
+        shutil.rmtree(live.root, ignore_errors=True)
+    assert result.exit_code == 0
+    env = dict(line.split("=", 1) for line in sink.out.decode().splitlines() if "=" in line)
+    for name in ("LD_PRELOAD", "BASH_ENV", "PYTHONSTARTUP", "RANDOM_IMAGE_VAR", "ASAN_OPTIONS"):
+        assert name not in env, name
+    assert (env["LANG"], env["LC_ALL"], env["TZ"], env["OPERATOR_SETTING"]) == ("C.UTF-8", "C.UTF-8", "UTC", "kept")
+    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+async def test_image_path_loses_folders_the_session_can_write(asan_agent: Path) -> None:
+    """A PATH naming the workspace, /tmp or a relative folder keeps only its other folders; nothing left means the
+    default PATH."""
+    live = start_agent(asan_agent, env={"PATH": "/tmp/bin:.::/usr/bin:relative:/var/tmp/x:/bin"})
+    try:
+        async with open_agent_unix(live.socket, timeout_s=10) as agent_client:
+            sink, _ = await run(agent_client, live, 'printf %s "$PATH"')
+    finally:
+        assert stop_agent(live) == 0
+        shutil.rmtree(live.root, ignore_errors=True)
+    assert sink.out.decode() == "/usr/bin:/bin"
+
+
 async def test_output_split_mid_utf8_is_byte_exact(client: AgentClient, live_agent: LiveAgent) -> None:
     """A code point split across two writes, and 2 MB of random bytes, arrive byte for byte."""
     sink, _ = await run(client, live_agent, r"printf '\xe2\x82'; sleep 0.05; printf '\xac\n'")
