@@ -6,8 +6,9 @@ escapes, quoting tricks, unparseable shell, an environment that changes which co
 sensitive areas, with every written path resolved against the command's effective working directory (its
 cwd and any ``cd`` before the write). Code handed to an interpreter on its command line (``python3 -c``,
 ``perl -e``, ``node -e`` ...) may write anything: when it can reach files or programs it counts as an
-unknown write (``sensitive_path`` 1), and as a hook or start-up file write when it names one. It is the floor under every
-other judge: the gate always runs it, and another judge can only make the verdict stricter.
+unknown write (``sensitive_path`` 1), and as a hook or start-up file write when it names one.
+It is the floor under every other judge: the gate always runs it, and another judge can only make the
+verdict stricter.
 
 Sandbox material (``sandbox_data``: command output, file content) is only ever scanned for text that
 tries to instruct the reviewer; nothing in it can lower a level. Every pattern is bounded so that a
