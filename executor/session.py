@@ -630,12 +630,14 @@ class Session:
             size=prepared.size,
             reviewed=prepared.reviewed,
             diff=prepared.diff,
+            git_dir=prepared.git_dir,
         )
         action_id = self._new_action_id()
 
         async def current_identity() -> str:
             again = await self._writer.prepare(path, data)
-            return action.model_copy(update={"reviewed": again.reviewed, "diff": again.diff}).identity()
+            update = {"reviewed": again.reviewed, "diff": again.diff, "git_dir": again.git_dir}
+            return action.model_copy(update=update).identity()
 
         gated = await self._gate_action(
             action_id, action, self._handler(approval_handler), tool="write_file", current_identity=current_identity

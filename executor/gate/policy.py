@@ -151,8 +151,9 @@ class RuleMatch(BaseModel):
 
     rule: str
     """The rule's name."""
-    kind: Literal["command", "path", "env"]
-    """Which kind of rule."""
+    kind: Literal["command", "path"]
+    """Which kind of rule: ``command`` for command and env rules (both judge a bash action), ``path`` for path
+    rules (on a write, or on the files a bash command writes)."""
     decision: Decision
     """The rule's decision."""
     justification: str
@@ -381,7 +382,7 @@ class Policy:
                     found.append(
                         RuleMatch(
                             rule=env_rule.name,
-                            kind="env",
+                            kind="command",
                             decision=env_rule.decision,
                             justification=env_rule.justification,
                         )

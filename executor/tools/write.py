@@ -100,6 +100,9 @@ class PreparedWrite(_Model):
     """True when the diff was cut (``write.diff_max_lines``) or covers only a prefix of a large file."""
     binary: bool
     """True when either side is not UTF-8 text; the diff is then a summary."""
+    git_dir: str | None = None
+    """The git directory (not named ``.git``) the target lies in, when the review found one: the target is then a
+    hook or config file git will use (see :meth:`WriteTool.find_git_dir`)."""
 
     @property
     def creates(self) -> bool:
@@ -325,6 +328,7 @@ class WriteTool:
             )
         resolved = self.resolve(path)
         content_sha = _sha256(content)
+        git_dir = await self.find_git_dir(resolved)
         reviewed, old, unreadable = await self._review(resolved)
         diff, truncated, binary = await trio.to_thread.run_sync(
             lambda: render_diff(
@@ -352,6 +356,7 @@ class WriteTool:
             diff=diff,
             diff_truncated=truncated,
             binary=binary,
+            git_dir=git_dir,
         )
         self._issued[prepared.token] = prepared
         return prepared
@@ -416,6 +421,41 @@ class WriteTool:
                 "written; check the file"
             )
         return result
+
+    async def find_git_dir(self, path: str) -> str | None:
+        """The git directory ``path`` lies in, when it is one git would use but is not named ``.git``.
+
+        Git looks for hooks in ``$GIT_DIR/hooks`` and for config in ``$GIT_DIR/config``, and a git directory can be
+        anywhere (``git init --separate-git-dir=gd``, a bare repository, ``GIT_DIR``). The host cannot see the
+        container's files, so it asks the agent: for each ancestor that could be such a directory (the parent of a
+        ``hooks`` folder on the path, or the folder of a ``config``/``config.worktree``/``commondir``/``gitdir``
+        file) it checks for git's own marks, ``HEAD`` (a file) and ``objects`` (a folder). Folders named ``.git``
+        are left to the path rules, which name them. Costs nothing for a path with no such component.
+        """
+        parts = path.split("/")
+        candidates: list[str] = [
+            "/".join(parts[:index]) for index, part in enumerate(parts[:-1]) if part == "hooks" and index > 1
+        ]
+        if parts[-1] in ("config", "config.worktree", "commondir", "gitdir"):
+            candidates.append("/".join(parts[:-1]))
+        for folder in dict.fromkeys(candidates):
+            if not folder or folder.rsplit("/", 1)[-1] == ".git":
+                continue
+            if await self._probe(f"{folder}/HEAD", ("regular", "symlink")) and await self._probe(
+                f"{folder}/objects", ("directory", "symlink")
+            ):
+                return folder
+        return None
+
+    async def _probe(self, path: str, kinds: tuple[str, ...]) -> bool:
+        """Whether ``path`` exists as one of ``kinds`` (a symlink anywhere on it counts: the conservative answer)."""
+        try:
+            out, _ = await self._call([self._agent, "fs-stat", path], path, stdin=None, cap=_OUTPUT_CAP, phase="stat")
+        except UnsafeTarget:
+            return True
+        except (WriteFailed, PathRejected):
+            return False  # a missing or unreadable folder: the write's own review reports it
+        return self._state(out, path).kind in kinds
 
     # ------------------------------------------------------------------ agent calls
 
