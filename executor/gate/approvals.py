@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TextIO
 
@@ -103,28 +104,23 @@ class Approval:
 
 
 _VISIBLE = {"\n", "\t"}
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
 
 
 def printable(text: str, *, keep_newlines: bool = True) -> str:
-    """``text`` with control, invisible and bidirectional characters shown as escapes.
+    """``text`` with control, invisible, line-breaking and bidirectional characters shown as escapes.
 
     A command or diff shown to a person must not be able to hide part of itself (carriage returns,
-    terminal escapes, right-to-left overrides).
+    terminal escapes, right-to-left overrides, zero-width characters) nor start a line of its own
+    (newlines, U+2028/U+2029 separators). Escaped: Unicode categories Cc, Cf, Zl, Zp, Cs and Co.
     """
     out: list[str] = []
     for char in text:
         code = ord(char)
         if keep_newlines and char in _VISIBLE:
             out.append(char)
-        elif (
-            code < 0x20
-            or 0x7F <= code < 0xA0
-            or 0x200B <= code <= 0x200F
-            or 0x202A <= code <= 0x202E
-            or (0x2066 <= code <= 0x2069)
-            or code == 0xFEFF
-        ):
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        elif code < 0x20 or 0x7F <= code < 0xA0 or unicodedata.category(char) in _HIDDEN_CATEGORIES:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
         else:
             out.append(char)
     return "".join(out)

@@ -388,9 +388,22 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
     name, args = argv[0], argv[1:]
     operands = [arg for arg in args if not arg.startswith("-")]
     if name == "env":
-        for arg in args:
-            if _ASSIGNMENT.match(arg):
+        skip = False
+        for index, arg in enumerate(args):
+            if skip:
+                skip = False
+            elif _ASSIGNMENT.match(arg):
                 _assign(arg, reading)
+            elif arg in ("-u", "--unset", "-C", "--chdir"):
+                skip = True
+            elif arg in ("-S", "--split-string") or arg.startswith(("-S", "--split-string=")):
+                # env -S 'NAME=VALUE cmd' splits one word into more: read its assignments too.
+                text = arg.split("=", 1)[1] if arg.startswith("--split-string=") else arg[2:]
+                text = text or (args[index + 1] if index + 1 < len(args) else "")
+                for word in text.split():
+                    if _ASSIGNMENT.match(word):
+                        _assign(word, reading)
+                skip = not arg[2:] and "=" not in arg
             elif not arg.startswith("-"):
                 break
     elif name in _DECLARERS:
@@ -406,7 +419,7 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg):
                 _assign(arg + "=", reading)
     elif name in ("cd", "pushd"):
-        _enter(operands[0] if operands else "~", reading)
+        _enter("-" if "-" in args else operands[0] if operands else "~", reading)
     elif name == "dd":
         for arg in args:
             if arg.startswith("of="):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from starlette.responses import Response
 from executor.config import GateSettings, JudgeSettings
 from executor.gate.gate import Gate
 from executor.gate.judge import OpenAIJudge
-from executor.gate.policy import Policy
+from executor.gate.policy import Policy, load_policy
 from executor.models import JudgmentRequest
 from executor.testing.actions import bash, write
 from executor.testing.chat_server import completion, open_chat_server
@@ -175,3 +176,32 @@ async def test_trust_is_applied_and_overridable(default_policy: Policy) -> None:
     assert (await gate.evaluate(bash("pip install requests"), session_id="s1", trust=2)).decision == "allow"
     with pytest.raises(ValueError, match="trust level 7"):
         await gate.evaluate(bash("make"), session_id="s1", trust=7)
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [("ls", {"BASH_ENV": "/workspace/.x.sh"}), ("ls", {"PATH": "/workspace/bin"}), ("LD_PRELOAD=/x.so ls", {})],
+)
+async def test_a_static_allow_never_decides_alone_when_env_changes_what_runs(
+    command: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Even under a policy with no env rule, `ls` with a code-changing env goes to the judges, and the rules judge
+    asks."""
+    policy_file = tmp_path / "allow-ls.toml"
+    policy_file.write_text(
+        '[[command]]\nname="ls"\ndecision="allow"\njustification="j"\nprefix=["ls"]\nexamples.match=["ls"]\n'
+    )
+    outcome = await _gate(load_policy(policy_file)).evaluate(bash(command, env=env), session_id="s1")
+    assert (outcome.decision, outcome.static_only) == ("ask", False)
+    assert any("changes which code runs" in reason for reason in outcome.reasons)
+    plain = await _gate(load_policy(policy_file)).evaluate(bash("ls", env={"LANG": "C"}), session_id="s1")
+    assert (plain.decision, plain.static_only) == ("allow", True)
+
+
+async def test_the_default_policy_asks_for_code_changing_env_at_every_trust(default_policy: Policy) -> None:
+    """The shipped env rule is a static floor: trust 3 cannot turn `--env PATH=...` into an allow."""
+    for trust in (0, 1, 2, 3):
+        outcome = await _gate(default_policy, trust=trust).evaluate(
+            bash("ls", env={"PATH": "/workspace/bin:/usr/bin"}), session_id="s1"
+        )
+        assert outcome.decision == "ask", trust

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,106 @@ def test_hostile_large_commands_evaluate_quickly(default_policy: Policy, command
     """A 250 KB hostile command is evaluated (and never allowed); its time is measured by ``just bench``."""
     verdict = default_policy.evaluate(bash(command))
     assert verdict.decision != "allow" or command.startswith("echo")
+
+
+# --- issue 11: env rules, bash write targets in the effective cwd, git directories ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[[env]]\nname="e"\ndecision="ask"\njustification="j"\nexamples.match=["A=1"]\n', "needs 'classes'"),
+        (
+            '[[env]]\nname="e"\ndecision="ask"\njustification="j"\nclasses=["shell"]\nexamples.match=["LANG=C"]\n',
+            "example 'LANG=C' is listed under examples.match but does not match",
+        ),
+        (
+            '[[env]]\nname="e"\ndecision="ask"\njustification="j"\nclasses=["loader"]\n'
+            'examples.match=["LD_PRELOAD=x"]\nexamples.no_match=["LD_AUDIT=x"]\n',
+            "example 'LD_AUDIT=x' is listed under examples.no_match but matches",
+        ),
+        (
+            '[[env]]\nname="e"\ndecision="ask"\njustification="j"\nclasses=["shell"]\nexamples.match=["BASH_ENV"]\n',
+            "is not a NAME=VALUE entry",
+        ),
+        ('[[env]]\nname="e"\ndecision="ask"\njustification="j"\nclasses=["nope"]\nexamples.match=["A=1"]\n', "env"),
+        (
+            '[[path]]\nname="p"\ndecision="deny"\njustification="j"\nglob=["**/.git/hooks/**"]\n'
+            'examples.match=["{workspace}/.git/hooks/x"]\nexamples.command_match=["echo > x"]\n',
+            "example 'echo > x' is listed under examples.command_match but does not match",
+        ),
+        (
+            '[[path]]\nname="p"\ndecision="deny"\njustification="j"\nglob=["**/x"]\napplies_to=["write_file"]\n'
+            'examples.match=["{workspace}/x"]\nexamples.command_match=["echo > x"]\n',
+            "command examples need 'bash' in applies_to",
+        ),
+        (
+            '[[command]]\nname="c"\ndecision="ask"\njustification="j"\nprefix=["x"]\nexamples.match=["x"]\n'
+            'examples.command_match=["x"]\n',
+            "belong to path rules",
+        ),
+    ],
+)
+def test_env_and_command_examples_are_checked_at_load(tmp_path: Path, body: str, message: str) -> None:
+    """Env rules and the bash examples of path rules are checked like every other example."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_policy(_policy(tmp_path, body))
+
+
+def test_env_rule_names_and_unless(tmp_path: Path) -> None:
+    """Name globs add to the classes; unless_names take a name back out."""
+    policy = load_policy(
+        _policy(
+            tmp_path,
+            '[[env]]\nname="e"\ndecision="ask"\njustification="j"\nclasses=["search-path"]\nnames=["MY_*"]\n'
+            'unless_names=["GOPATH"]\nexamples.match=["MY_HOOK=1", "PATH=/x"]\nexamples.no_match=["GOPATH=/g"]\n',
+        )
+    )
+    assert policy.evaluate(bash("ls", env={"MY_HOOK": "1"})).decision == "ask"
+    assert policy.evaluate(bash("GOPATH=/g go build")).decision is None
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "cwd", "decision"),
+    [
+        ("ls", {"BASH_ENV": "/workspace/.x.sh"}, "/workspace", "ask"),
+        ("ls", {"PATH": "/workspace/bin:/usr/bin"}, "/workspace", "ask"),
+        ("ls", {"BASH_FUNC_ls%%": "() { id; }"}, "/workspace", "ask"),
+        ("LD_PRELOAD=/tmp/x.so ls", {}, "/workspace", "ask"),
+        ("ls", {"LANG": "C.UTF-8"}, "/workspace", "allow"),
+        ("cd .git/hooks && printf x > pre-commit", {}, "/workspace", "deny"),
+        ("echo x > pre-commit", {}, "/workspace/.git/hooks", "deny"),
+        ("echo x > ../config", {}, "/workspace/.git/hooks", "deny"),
+        ("echo 'gitdir: /tmp/g' > .git", {}, "/workspace", "deny"),
+        ("echo x > gd/hooks/pre-commit", {}, "/workspace", "deny"),
+        ("echo x >> ~/.bashrc", {}, "/workspace", "deny"),
+        ("echo x > notes.txt 2>/dev/null", {}, "/workspace", None),
+        ("echo x > /tmp/notes.txt", {}, "/workspace", None),
+        ("git init --separate-git-dir=gd .", {}, "/workspace", "ask"),
+        ("git -c core.hooksPath=/tmp/h commit -m x", {}, "/workspace", "ask"),
+        ("git status", {"GIT_DIR": "/workspace/gd"}, "/workspace", "ask"),
+    ],
+)
+def test_default_policy_judges_the_whole_bash_action(
+    default_policy: Policy, command: str, env: dict[str, str], cwd: str, decision: str | None
+) -> None:
+    """Env, the effective cwd of every write and git relocation all count in the shipped policy."""
+    assert default_policy.evaluate(bash(command, env=env, cwd=cwd)).decision == decision
+
+
+@pytest.mark.parametrize(
+    ("path", "git_dir", "decision"),
+    [
+        ("/workspace/gd/config", "/workspace/gd", "deny"),
+        ("/workspace/gd/hooks/anything", "/workspace/gd", "deny"),
+        ("/workspace/repo.git/config", "/workspace/repo.git", "deny"),
+        ("/workspace/gd/config", None, None),
+        ("/workspace/gd/description", "/workspace/gd", None),
+        ("/workspace/.git", None, "deny"),
+    ],
+)
+def test_writes_inside_a_found_git_dir_are_matched_as_dot_git(
+    default_policy: Policy, path: str, git_dir: str | None, decision: str | None
+) -> None:
+    """A write the host found inside a git directory is matched as if that directory were named .git."""
+    assert default_policy.evaluate(write(path, git_dir=git_dir)).decision == decision

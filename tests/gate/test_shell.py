@@ -1,0 +1,101 @@
+"""The shell reading's effects: assignments, write targets in their effective directory, inline code (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from executor.gate.shell import WriteTarget, parse_command, resolve_target
+
+
+@pytest.mark.parametrize(
+    ("command", "assigned"),
+    [
+        ("LD_PRELOAD=/w/x.so ls", ["LD_PRELOAD"]),
+        ("env PATH=/w:$PATH ls", ["PATH"]),
+        ("env -u X BASH_ENV=/x bash -c ls", ["BASH_ENV"]),
+        ("env -S 'LD_PRELOAD=/x id'", ["LD_PRELOAD"]),
+        ("export BASH_ENV=/x; ls", ["BASH_ENV"]),
+        ("PATH=/w/bin:$PATH; ls", ["PATH"]),
+        ("declare -x PS4='$(id)'; set -x; ls", ["PS4"]),
+        ("X=1; export X", ["X", "X"]),
+        ("printf -v PATH %s /w; ls", ["PATH"]),
+        ("read PATH < f; ls", ["PATH"]),
+        ("sudo env LD_PRELOAD=x id", ["LD_PRELOAD"]),
+        ('echo "$(LD_PRELOAD=x ls)"', ["LD_PRELOAD"]),
+        ("ls -la", []),
+        ("echo PATH=x", []),
+    ],
+)
+def test_assignments_are_found(command: str, assigned: list[str]) -> None:
+    """Every way the string sets or exports a variable is reported; words that only look like one are not."""
+    assert [name for name, _ in parse_command(command).assignments] == assigned
+
+
+def _paths(command: str, cwd: str = "/workspace") -> set[str]:
+    out: set[str] = set()
+    for target in parse_command(command).write_targets:
+        out.update(resolve_target(target, cwd=cwd, home="/home/agent")[0])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("command", "cwd", "expected"),
+    [
+        ("cd .git/hooks && printf x > pre-commit", "/workspace", "/workspace/.git/hooks/pre-commit"),
+        ("cd .git; cd hooks; echo x >> pre-push", "/workspace", "/workspace/.git/hooks/pre-push"),
+        ("pushd /tmp/h && tee pre-commit", "/workspace", "/tmp/h/pre-commit"),
+        ("echo x > pre-commit", "/workspace/.git/hooks", "/workspace/.git/hooks/pre-commit"),
+        ("cd .. && echo x > f", "/workspace/a", "/workspace/f"),
+        ("cd ~ && echo x > .bashrc", "/workspace", "/home/agent/.bashrc"),
+        ("bash -c 'cd .git/hooks; cp /tmp/p pre-commit'", "/workspace", "/workspace/.git/hooks/pre-commit"),
+        ("cd .git && dd of=config if=/tmp/x", "/workspace", "/workspace/.git/config"),
+        ("cd .git && sed -i s/a/b/ config", "/workspace", "/workspace/.git/config"),
+        ("echo x > $HOME/.profile", "/workspace", "/home/agent/.profile"),
+    ],
+)
+def test_write_targets_resolve_against_the_effective_cwd(command: str, cwd: str, expected: str) -> None:
+    """A target is placed in the command's cwd and in every directory an earlier cd may have entered."""
+    assert expected in _paths(command, cwd)
+
+
+def test_the_directory_before_a_cd_stays_a_candidate() -> None:
+    """`cd x || true` may not have moved: both places are candidates (the reading over-approximates)."""
+    assert _paths("cd sub || true; echo x > f") == {"/workspace/f", "/workspace/sub/f"}
+
+
+@pytest.mark.parametrize("command", ['cd "$D" && echo x > pre-commit', "cd - && echo x > f", "cd $(mktemp -d); tee f"])
+def test_a_computed_cd_makes_later_relative_targets_unknown(command: str) -> None:
+    """After cd to a computed folder a relative target cannot be placed, and says so."""
+    targets = parse_command(command).write_targets
+    assert targets and all(not resolve_target(t, cwd="/workspace", home="/h")[1] for t in targets)
+
+
+def test_a_computed_target_is_unknown() -> None:
+    """A target spelled with a variable other than $HOME cannot be placed."""
+    target = WriteTarget(word="$X/f", dirs=("",), dir_unknown=False, via="redirect")
+    assert resolve_target(target, cwd="/workspace", home="/h") == ((), False)
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        ("python3 -c 'print(1)'", [("python3", "print(1)")]),
+        ("python -Ic 'x'", [("python", "x")]),
+        ("perl -e 'unlink q(x)'", [("perl", "unlink q(x)")]),
+        ("perl -pi -e s/a/b/ f", [("perl", "s/a/b/")]),
+        ("node -e 'require(1)'", [("node", "require(1)")]),
+        ("node --eval=1", [("node", "1")]),
+        ("ruby -e 'File.write(1)'", [("ruby", "File.write(1)")]),
+        ("php -r 'x();'", [("php", "x();")]),
+        ("cat x.py | python3", [("python3", "-")]),
+        ("python3 - <<EOF\nprint(1)\nEOF", [("python3", "-")]),
+        ("awk '{print > \"f\"}' in", [("awk", '{print > "f"}')]),
+        ("bash -c \"python3 -c 'x'\"", [("python3", "x")]),
+        ("python3 script.py -c x", []),
+        ("python3 -m pytest -q", []),
+        ("node app.js", []),
+    ],
+)
+def test_inline_code_is_found(command: str, code: list[tuple[str, str]]) -> None:
+    """Code on an interpreter's command line (or read from stdin) is reported; a script file is not."""
+    assert list(parse_command(command).inline_code) == code
