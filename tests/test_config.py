@@ -68,6 +68,7 @@ def test_environment_accepts_json_for_tables() -> None:
         ({"devices": ["/dev/sda"]}, "profiles.bad.devices", "host devices"),
         ({"user": "0:0"}, "profiles.bad.user", "never run as root"),
         ({"env": {"GITHUB_TOKEN": "x"}}, "profiles.bad.env", "credential"),
+        ({"env": {"A,B": "x"}}, "profiles.bad.env", "without '=', ',' or NUL"),
         ({"tmp_size": "abc"}, "profiles.bad.tmp_size", "not a size"),
         ({"surprise": 1}, "profiles.bad.surprise", "unknown setting"),
     ],

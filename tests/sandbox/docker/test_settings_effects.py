@@ -86,6 +86,14 @@ def test_profile_and_agent_sizes_reach_the_container() -> None:
     command = agent_command(settings.profile(), settings.agent)
     assert command[0] == AGENT_PATH
     assert command[command.index("--detached-buffer") + 1] == str(9 * MIB)
+    assert "--pass-env" not in command  # no operator env: nothing from the image passes beyond the allow-list
+
+
+def test_profile_env_names_are_passed_to_the_agent() -> None:
+    """The operator's profile env names reach the agent's allow-list (--pass-env); values travel in the env."""
+    settings = load_settings(overrides={"profiles": {"default": {"env": {"B_SETTING": "1", "A_SETTING": "2"}}}})
+    command = agent_command(settings.profile(), settings.agent)
+    assert command[command.index("--pass-env") + 1] == "A_SETTING,B_SETTING"
 
 
 @pytest.mark.docker
