@@ -22,7 +22,10 @@ Classes (a name takes the first that fits, in this order):
                    ``PERL5DB``, ``PERLDB_OPTS``, ``NODE_OPTIONS``, ``RUBYOPT``, ``JAVA_TOOL_OPTIONS``,
                    ``_JAVA_OPTIONS``, ``LUA_INIT*``, ``PHPRC``, ``PHP_INI_SCAN_DIR``, ``R_PROFILE*``,
                    ``OPENSSL_CONF``/``OPENSSL_ENGINES``/``OPENSSL_MODULES``, and every ``*OPT``, ``*OPTS``,
-                   ``*_OPTIONS`` name
+                   ``*_OPTIONS`` and ``*FLAGS`` name (``GOFLAGS=-toolexec=...``, ``CFLAGS=-fplugin=...``);
+                   except ``PYTHONUNBUFFERED``, ``PYTHONDONTWRITEBYTECODE``, ``PYTHONHASHSEED``,
+                   ``PYTHONIOENCODING``, ``PYTHONUTF8``, ``PYTHONFAULTHANDLER``, ``PYTHONNOUSERSITE`` and
+                   ``PYTHONSAFEPATH``, which are plain
 ``git``            every ``GIT_*`` name (``GIT_DIR``, ``GIT_CONFIG_*``, ``GIT_EXEC_PATH``, ``GIT_SSH_COMMAND``,
                    ``GIT_TEMPLATE_DIR`` ...) except identity and date names (``GIT_AUTHOR_*``,
                    ``GIT_COMMITTER_*``) and ``GIT_TERMINAL_PROMPT``
@@ -30,7 +33,9 @@ Classes (a name takes the first that fits, in this order):
                    ``CONFIG_SHELL``, ``EDITOR``, ``VISUAL``, ``PAGER``, ``MANPAGER``, ``BROWSER``, ``LESSOPEN``,
                    ``LESSCLOSE``, ``CC``, ``CXX``, ``CPP``, ``LD``, ``AR``, ``MAKE``, ``MAKEFLAGS``, ``HOME``,
                    ``XDG_CONFIG_HOME``, ``XDG_CONFIG_DIRS``, and every ``*_COMMAND``, ``*_ASKPASS``, ``*_RSH``,
-                   ``*_EDITOR``, ``*_PAGER``, ``*_SHELL``, ``*_CONFIG``, ``*RC`` name
+                   ``*_EDITOR``, ``*_PAGER``, ``*_SHELL``, ``*_CONFIG``, ``*_CONF``, ``*_CONFIG_FILE``,
+                   ``*_WRAPPER``, ``*RC`` name, and package managers' settings (``NPM_CONFIG_*``, ``YARN_*``,
+                   ``PNPM_*``, ``PIP_*``, ``CARGO_*``, ``BUNDLE_*``)
 ``unusual``        a name bash cannot even set (``%``, ``-``, a leading digit ...): only ``env`` and the
                    caller's env can carry it, and bash imports functions under such names
 ================== ====================================================================================
@@ -119,7 +124,20 @@ _INTERPRETER = frozenset(
     }
 )
 _INTERPRETER_PREFIXES = ("PYTHON", "LUA_INIT", "LUA_PATH", "LUA_CPATH")
-_INTERPRETER_SUFFIXES = ("OPT", "OPTS", "_OPTIONS")
+_INTERPRETER_SUFFIXES = ("OPT", "OPTS", "_OPTIONS", "FLAGS")
+# Python settings that only change buffering, encoding, hashing or bytecode files (or restrict imports): plain.
+_PYTHON_PLAIN = frozenset(
+    {
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONHASHSEED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONFAULTHANDLER",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+    }
+)
 _GIT_SAFE_PREFIXES = ("GIT_AUTHOR_", "GIT_COMMITTER_")
 _GIT_SAFE = frozenset({"GIT_TERMINAL_PROMPT"})
 _SEARCH_SUFFIXES = ("PATH", "LIB", "_HOME", "_ROOT")
@@ -152,7 +170,20 @@ _PROGRAM = frozenset(
         "TERMINFO_DIRS",
     }
 )
-_PROGRAM_SUFFIXES = ("_COMMAND", "_ASKPASS", "_RSH", "_EDITOR", "_PAGER", "_SHELL", "_CONFIG", "RC")
+_PROGRAM_SUFFIXES = (
+    "_COMMAND",
+    "_ASKPASS",
+    "_RSH",
+    "_EDITOR",
+    "_PAGER",
+    "_SHELL",
+    "_CONFIG",
+    "_CONF",
+    "_CONFIG_FILE",
+    "_WRAPPER",
+    "RC",
+)
+_PROGRAM_PREFIXES = ("NPM_CONFIG_", "YARN_", "PNPM_", "PIP_", "CARGO_", "BUNDLE_")
 
 
 @dataclass(frozen=True)
@@ -183,11 +214,13 @@ def classify_env(name: str) -> EnvClass | None:
         if upper in _GIT_SAFE or upper.startswith(_GIT_SAFE_PREFIXES):
             return None
         return "git"
+    if upper in _PYTHON_PLAIN:
+        return None
     if upper in _INTERPRETER or upper.startswith(_INTERPRETER_PREFIXES) or upper.endswith(_INTERPRETER_SUFFIXES):
         return "interpreter"
     if upper.endswith(_SEARCH_SUFFIXES):
         return "search-path"
-    if upper in _PROGRAM or upper.endswith(_PROGRAM_SUFFIXES):
+    if upper in _PROGRAM or upper.endswith(_PROGRAM_SUFFIXES) or upper.startswith(_PROGRAM_PREFIXES):
         return "program"
     return None
 
