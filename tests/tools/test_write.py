@@ -508,3 +508,26 @@ def test_a_committed_write_error_says_what_the_path_holds(now: object, expected:
     assert said.startswith("the rename happened")
     assert re.search(expected, said)
     assert "nothing" not in said
+
+
+async def test_prepare_finds_a_git_dir_not_named_dot_git(client: LocalAgentClient, ws: Path) -> None:
+    """A write into a folder holding git's marks (HEAD and objects/) names that git directory; others do not."""
+    gd = ws / "gd"
+    (gd / "hooks").mkdir(parents=True)
+    (gd / "objects").mkdir()
+    (gd / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "src" / "hooks").mkdir(parents=True)
+    (ws / "app").mkdir()
+    (ws / "app" / "HEAD").write_text("not git: no objects folder\n")
+    tool = make_tool(client, ws)
+    assert (await tool.prepare("gd/hooks/pre-commit", b"x")).git_dir == str(gd)
+    assert (await tool.prepare("gd/config", b"x")).git_dir == str(gd)
+    assert (await tool.prepare("app/config", b"x")).git_dir is None
+    before = len(client.calls)
+    plain = await tool.prepare("src/hooks/useThing.ts", b"x")
+    assert plain.git_dir is None
+    probes = [call for call in client.calls[before:] if call[1] == "fs-stat" and call[2] != plain.path]
+    assert probes == [[AGENT_PATH, "fs-stat", f"{ws}/src/HEAD"]]  # one probe for the 'hooks' parent, then no more
+    before = len(client.calls)
+    await tool.prepare("notes.txt", b"x")
+    assert [call[1] for call in client.calls[before:]] == ["fs-stat"]  # no candidate: no probe at all
