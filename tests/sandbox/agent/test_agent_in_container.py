@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from executor.config import Settings, load_settings
+from executor.gate.approvals import ApprovalRequest
 from executor.session import Executor, Session, open_executor
 from executor.testing.runtimes import require_runtime
 
@@ -215,8 +216,12 @@ async def test_a_command_cannot_reach_its_supervisor(
         "(cat /proc/1/environ 2>/dev/null | tr -d '\\0' | grep -q . && echo environ-read) || echo environ-denied; "
         "kill -0 1 2>/dev/null || echo kill-denied"
     )
+
+    async def approve(request: ApprovalRequest) -> bool:
+        return True  # inline python that opens sockets is an unknown write the gate asks about (issue 11)
+
     async with open_executor(settings) as ex, ex.open_session() as session:
-        result = await session.bash(probe)
+        result = await session.bash(probe, approval_handler=approve)
     assert "CONNECTED" not in result.text
     assert "PermissionError" in result.text
     assert "environ-denied" in result.text and "kill-denied" in result.text
