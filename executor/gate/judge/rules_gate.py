@@ -107,6 +107,10 @@ _CODE_REACH = re.compile(
     r"qx|Function|constructor|globalThis|module|builtins|Deno|Bun|getline|print\s*>|printf\s*>)\b"
     r"|__|`|%x|\$\(|[<>|]|\\[0-7xuU]|\bchr\b|\bord\b|\bdo\b",
 )
+_RUNS_CODE = re.compile(
+    r"^(python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|deno|bun|php[0-9.]*|"
+    r"lua[0-9.]*|(ba|da|z|k)?sh|make|awk|gawk|Rscript|tclsh[0-9.]*|\./.*|/.*)$"
+)
 _CODE_SENSITIVE = re.compile(r"\.git\b|\bhooks\b|core\.hookspath|gitdir", re.IGNORECASE)
 _CODE_STARTUP = re.compile(
     r"\.(bashrc|bash_profile|bash_login|profile|zshrc|zshenv|zprofile|gitconfig)\b|\.ssh\b|authorized_keys",
@@ -355,6 +359,9 @@ def _assess_writes(parsed: ParsedCommand, findings: Findings, *, cwd: str, works
 
 def _assess_inline_code(parsed: ParsedCommand, findings: Findings, *, cwd: str) -> None:
     in_git = ".git" in cwd.split("/") or any(".git" in folder.split("/") for folder in parsed.cd_dirs)
+    if in_git and any(_RUNS_CODE.match(candidate[0]) for candidate in parsed.candidates):
+        # A script run from inside a git directory may write its hooks or config with a relative path.
+        findings.raise_to("sensitive_path", 2, "runs an interpreter inside a git directory")
     for interpreter, code in parsed.inline_code:
         if code == "-":
             findings.raise_to(
