@@ -273,7 +273,8 @@ class WriteAction(_Model):
         return value
 
     def identity(self) -> str:
-        """Hex SHA-256 over the canonical JSON of the session, path, content hash, size and reviewed state.
+        """Hex SHA-256 over the canonical JSON of the session, path, content hash, size and reviewed state (and the
+        git directory, when one was found).
 
         The diff is derived from content and reviewed state, so it is left out: a re-rendered diff must not
         invalidate an approval, while any change to the bytes or to the target does.
