@@ -6,17 +6,40 @@ from __future__ import annotations
 import io
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from executor.config import Settings
+from executor.config import Settings, load_settings
 from executor.gate.approvals import ApprovalRequest, TerminalApprovalHandler
-from executor.session import Session
-from tests.test_session import _session, agent_build_dir, make_settings
+from executor.session import Session, open_executor
 
-__all__ = ["agent_build_dir", "make_settings"]  # fixtures, imported so pytest finds them here
+
+@pytest.fixture(scope="module")
+def agent_build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One agent build for this module (it is keyed by its sources' hash)."""
+    return tmp_path_factory.mktemp("agent-build")
+
+
+@pytest.fixture
+def make_settings(base_image: str, home: Path, agent_build_dir: Path) -> Callable[..., Settings]:
+    """Settings rooted in a private home, sharing one agent build, with overrides."""
+
+    def make(**overrides: Any) -> Settings:
+        agent = {"build_dir": str(agent_build_dir), **overrides.pop("agent", {})}
+        return load_settings(overrides={"home": str(home), "agent": agent, **overrides})
+
+    return make
+
+
+@asynccontextmanager
+async def _session(settings: Settings) -> AsyncIterator[Session]:
+    async with open_executor(settings) as ex, ex.open_session() as session:
+        yield session
+
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
