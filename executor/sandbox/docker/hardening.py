@@ -151,6 +151,9 @@ def agent_command(profile: Profile, agent: AgentSettings, *, ephemeral: bool = F
     ``agent.orphan_exit_s`` it sweeps its processes and exits, so a killed executor leaves no running container.
     """
     orphan_exit_ms = round(agent.orphan_exit_s * 1000) if ephemeral else 0
+    # The executor's own entries pass too: under runsc, LD_PRELOAD names the statx shim (set by container_kwargs,
+    # which replaces any image ENV of that name).
+    passed = sorted({*profile.env, *(["LD_PRELOAD"] if profile.runtime == "runsc" else [])})
     return [
         AGENT_PATH,
         "init",
@@ -174,7 +177,7 @@ def agent_command(profile: Profile, agent: AgentSettings, *, ephemeral: bool = F
         str(orphan_exit_ms),
         # Commands get the image's environment only through the agent's allow-list (PROTOCOL.md, "Runs"); the
         # operator's own profile env is named here so it still reaches them.
-        *(["--pass-env", ",".join(sorted(profile.env))] if profile.env else []),
+        *(["--pass-env", ",".join(passed)] if passed else []),
     ]
 
 
