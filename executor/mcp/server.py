@@ -27,11 +27,11 @@ import binascii
 import hashlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 import hypercorn.config
 import hypercorn.trio
@@ -55,10 +55,10 @@ from starlette.requests import Request
 
 from executor.config import Settings
 from executor.errors import ArtifactNotFound, ConfigError, ExecutorError, SessionNotFound, TaskNotFound
-from executor.gate.approvals import ApprovalRequest, printable
+from executor.gate.approvals import ApprovalHandler, ApprovalRequest, printable
 from executor.ids import validate_session_name
 from executor.models import BashAction
-from executor.session import TaskInfo, ToolResult, open_executor
+from executor.session import ExecutorAPI, SessionAPI, TaskInfo, ToolResult, open_executor
 
 __all__ = [
     "APPROVAL_SCHEMA",
@@ -76,94 +76,6 @@ logger = logging.getLogger(__name__)
 
 McpTransport = Literal["stdio", "http"]
 """How clients reach the server."""
-
-ApprovalHandler = Callable[[ApprovalRequest], Awaitable[bool | None]]
-"""The pipeline's approval callback: only a literal True approves this exact action, once."""
-
-
-# --------------------------------------------------------------------------------------------------------------
-# What the surface needs from the pipeline (executor.session). Declared structurally so that this module states
-# exactly which calls it makes.
-
-
-class _Session(Protocol):
-    async def bash(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
-        timeout_ms: int | None = None,
-        focus_mode: Literal["off", "shadow", "on"] | None = None,
-        intent: str | None = None,
-        approval_handler: ApprovalHandler | None = None,
-    ) -> ToolResult: ...
-
-    async def write_file(
-        self, path: str, content: bytes | str, *, approval_handler: ApprovalHandler | None = None
-    ) -> ToolResult: ...
-
-    async def read_output(
-        self,
-        artifact_id: str,
-        *,
-        stream: str | None = None,
-        start_line: int = 1,
-        line_count: int = 200,
-        start_byte_in_line: int | None = None,
-    ) -> ToolResult: ...
-
-    async def search_output(
-        self, artifact_id: str, *, pattern: str, stream: str | None = None, limit: int = 20, start_line: int = 1
-    ) -> ToolResult: ...
-
-    async def start_task(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        owner: str | None = None,
-        approval_handler: ApprovalHandler | None = None,
-    ) -> ToolResult: ...
-
-    async def read_task(
-        self,
-        task_id: str,
-        *,
-        stream: Literal["stdout", "stderr"] = "stdout",
-        offset: int = 0,
-        max_bytes: int = 65536,
-        owner: str | None = None,
-    ) -> ToolResult: ...
-
-    async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo: ...
-
-    async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]: ...
-
-
-class _Executor(Protocol):
-    def open_session(
-        self,
-        *,
-        profile: str | None = None,
-        image: str | None = None,
-        name: str | None = None,
-        owner: str | None = None,
-        keep: bool = False,
-    ) -> AbstractAsyncContextManager[Any]: ...
-
-    def attach_session(
-        self,
-        id_or_name: str,
-        *,
-        owner: str | None = None,
-        create: bool = False,
-        profile: str | None = None,
-        image: str | None = None,
-    ) -> AbstractAsyncContextManager[Any]: ...
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Tool descriptions: they teach the agent how to work with the executor, recovery first.
@@ -445,15 +357,16 @@ class _TokenVerifier:
 
 @dataclass
 class _Lease:
-    session: _Session
+    session: SessionAPI
     closing: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
 
 
 _LeaseKey = tuple[str, ...]
+_Opener = Callable[[], AbstractAsyncContextManager[SessionAPI]]
 
 
-class _SessionPool:
+class SessionAPIPool:
     """Sessions opened for clients, each held by a task in the pool's nursery.
 
     A session is an ``async with`` object, so it is entered and left by one task that lives exactly as long as the
@@ -461,19 +374,19 @@ class _SessionPool:
     client's connection (or of the server) tells the task to leave.
     """
 
-    def __init__(self, executor: _Executor, nursery: trio.Nursery) -> None:
+    def __init__(self, executor: ExecutorAPI, nursery: trio.Nursery) -> None:
         self._executor = executor
         self._nursery = nursery
         self._leases: dict[_LeaseKey, _Lease] = {}
         self._locks: dict[_LeaseKey, trio.Lock] = {}
         self._closing = False
 
-    def get(self, key: _LeaseKey) -> _Session | None:
+    def get(self, key: _LeaseKey) -> SessionAPI | None:
         """The session already open under ``key``, if any."""
         lease = self._leases.get(key)
         return lease.session if lease is not None else None
 
-    async def acquire(self, key: _LeaseKey, opener: Callable[[], AbstractAsyncContextManager[Any]]) -> _Session:
+    async def acquire(self, key: _LeaseKey, opener: _Opener) -> SessionAPI:
         """The session under ``key``, opening it with ``opener`` if it is not open yet."""
         lock = self._locks.setdefault(key, trio.Lock())
         async with lock:
@@ -501,7 +414,7 @@ class _SessionPool:
     async def _hold(
         self,
         key: _LeaseKey,
-        opener: Callable[[], AbstractAsyncContextManager[Any]],
+        opener: _Opener,
         *,
         task_status: trio.TaskStatus[_Lease],
     ) -> None:
@@ -530,8 +443,13 @@ _ERROR_OUTCOMES = frozenset({"blocked", "denied", "error"})
 """Outcomes where nothing ran (or the executor failed): reported with ``is_error``."""
 
 
+_NOT_FOR_MODELS = frozenset({"text", "stdout", "stdout_complete", "stderr", "stderr_complete"})
+"""Fields left out of the structured content: the text is the content, and the raw streams are unsanitized (a
+model reads MCP results; it pages the streams, sanitized, with read_output)."""
+
+
 def _tool_result(result: ToolResult) -> CallToolResult:
-    structured = result.model_dump(mode="json", exclude={"text"}, exclude_none=True)
+    structured = result.model_dump(mode="json", exclude=set(_NOT_FOR_MODELS), exclude_none=True)
     return CallToolResult(
         content=[TextContent(type="text", text=result.text)],
         structured_content=structured,
@@ -628,8 +546,8 @@ class McpSurface:
 
     def __init__(
         self,
-        executor: _Executor,
-        pool: _SessionPool,
+        executor: ExecutorAPI,
+        pool: SessionAPIPool,
         *,
         transport: McpTransport,
         session_name: str | None = None,
@@ -694,9 +612,7 @@ class McpSurface:
             connection.exit_stack.push_async_callback(self._pool.release, key)
         return key
 
-    def _key_and_opener(
-        self, ctx: Context[Any, Any], owner: str | None
-    ) -> tuple[_LeaseKey, Callable[[], AbstractAsyncContextManager[Any]]]:
+    def _key_and_opener(self, ctx: Context[Any, Any], owner: str | None) -> tuple[_LeaseKey, _Opener]:
         if self._session_name is not None:
             name = _session_name_for(self._session_name, owner)
             key: _LeaseKey = ("named", name)
@@ -704,11 +620,11 @@ class McpSurface:
             return key, partial(self._executor.attach_session, name, owner=owner, create=True)
         return self._default_key(ctx, owner), partial(self._executor.open_session, owner=owner)
 
-    async def _session(self, ctx: Context[Any, Any], owner: str | None) -> _Session:
+    async def _session(self, ctx: Context[Any, Any], owner: str | None) -> SessionAPI:
         key, opener = self._key_and_opener(ctx, owner)
         return await self._pool.acquire(key, opener)
 
-    async def _existing_session(self, ctx: Context[Any, Any], owner: str | None) -> _Session | None:
+    async def _existing_session(self, ctx: Context[Any, Any], owner: str | None) -> SessionAPI | None:
         """The caller's session if it has one: an unopened default session holds nothing, so none is opened."""
         key, opener = self._key_and_opener(ctx, owner)
         if self._session_name is not None:
@@ -840,7 +756,9 @@ class McpSurface:
         ctx: Context[Any, Any],
         stream: _Stream = None,
         start_line: Annotated[int, Field(ge=1, description="First line to show, 1-based.")] = 1,
-        line_count: Annotated[int, Field(ge=1, description="How many lines to show.")] = 200,
+        line_count: Annotated[
+            int | None, Field(ge=1, description="How many lines to show (default: artifacts.read_page_lines).")
+        ] = None,
         start_byte_in_line: Annotated[
             int | None,
             Field(ge=0, description="Continue inside start_line from this byte (given where a long line was cut)."),
@@ -960,7 +878,7 @@ class McpSurface:
 
 @asynccontextmanager
 async def open_surface(
-    executor: _Executor,
+    executor: ExecutorAPI,
     *,
     transport: McpTransport,
     session_name: str | None = None,
@@ -977,7 +895,7 @@ async def open_surface(
     if session_name is not None:
         _check_session_name(session_name, transport)
     async with trio.open_nursery() as nursery:
-        pool = _SessionPool(executor, nursery)
+        pool = SessionAPIPool(executor, nursery)
         try:
             yield McpSurface(executor, pool, transport=transport, session_name=session_name, tokens=tokens, host=host)
         finally:

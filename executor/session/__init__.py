@@ -18,15 +18,35 @@ execution bracket), :mod:`~executor.session.presentation` (views and sanitizing)
 
 from __future__ import annotations
 
-from executor.session.api import FocusMode, Outcome, TaskInfo, ToolResult
+from typing import TYPE_CHECKING
+
+from executor.session.api import (
+    USE_DEFAULT,
+    ExecutorAPI,
+    FocusMode,
+    HandlerChoice,
+    Outcome,
+    SessionAPI,
+    TaskInfo,
+    ToolResult,
+)
 from executor.session.executor import Executor, open_executor
 from executor.session.tools import Session
 
+if TYPE_CHECKING:
+    # The classes implement the one API: a drifted signature fails mypy here.
+    _session_api: type[SessionAPI] = Session
+    _executor_api: type[ExecutorAPI] = Executor
+
 __all__ = [
+    "USE_DEFAULT",
     "Executor",
+    "ExecutorAPI",
     "FocusMode",
+    "HandlerChoice",
     "Outcome",
     "Session",
+    "SessionAPI",
     "TaskInfo",
     "ToolResult",
     "open_executor",

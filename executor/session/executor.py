@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
-from typing import Final
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from typing import Final, TypeVar
 
 import trio
 
@@ -30,6 +30,48 @@ from executor.session.tools import Session
 __all__ = ["Executor", "open_executor"]
 
 _CLEANUP_BUDGET_S: Final = 10.0
+_T = TypeVar("_T")
+
+
+class _SoleErrors:
+    """Errors leave the API as themselves: a group of exactly one error (a nursery's strict wrapping) is unwrapped.
+
+    ``thrown`` is the caller's own exception, thrown into the ``async with`` block: unwrapping stops there, so a
+    caller's own exception group is left as it was. A group of several errors propagates unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.thrown: BaseException | None = None
+
+    def __enter__(self) -> _SoleErrors:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if not isinstance(exc, BaseExceptionGroup):
+            return
+        leaf: BaseException = exc
+        while isinstance(leaf, BaseExceptionGroup) and leaf is not self.thrown and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if leaf is exc or (isinstance(leaf, BaseExceptionGroup) and leaf is not self.thrown):
+            return
+        context = leaf.__context__
+        try:
+            raise leaf
+        finally:
+            # Raising inside this handler would chain the group as the leaf's context; keep the leaf's own.
+            leaf.__context__ = context
+            del leaf, exc, context
+
+
+@asynccontextmanager
+async def _sole_errors_around(manager: AbstractAsyncContextManager[_T]) -> AsyncIterator[_T]:
+    with _SoleErrors() as errors:
+        async with manager as value:
+            try:
+                yield value
+            except BaseException as exc:
+                errors.thrown = exc
+                raise
 
 
 class Executor:
@@ -79,7 +121,7 @@ class Executor:
         policy = load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
         info = await self.backend.open_session(profile=chosen, profile_name=profile_name, name=name, owner=owner)
         try:
-            async with self._connect(info, chosen, policy) as session:
+            async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
                 yield session
         finally:
             if not keep:
@@ -120,7 +162,7 @@ class Executor:
             chosen = self.settings.profile()
         if policy is None:
             policy = load_profile_policy(self.settings.gate, chosen)
-        async with self._connect(info, chosen, policy) as session:
+        async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
             yield session
 
     async def list_sessions(self, *, owner: str | None = None) -> list[SessionInfo]:
@@ -201,6 +243,22 @@ async def open_executor(
     Raises:
         EngineUnavailable: no Docker engine answers; the message says how to start one.
     """
+    opened = _open_executor(
+        settings, approval_handler=approval_handler, judge=judge, answer_cache=answer_cache, api_key=api_key
+    )
+    async with _sole_errors_around(opened) as executor:
+        yield executor
+
+
+@asynccontextmanager
+async def _open_executor(
+    settings: Settings,
+    *,
+    approval_handler: ApprovalHandler | None,
+    judge: Judge | None,
+    answer_cache: AnswerCache | object | None,
+    api_key: str | None,
+) -> AsyncIterator[Executor]:
     cache = AnswerCache.from_settings(settings.gate.cache) if answer_cache is DEFAULT_CACHE else answer_cache
     assert cache is None or isinstance(cache, AnswerCache)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)

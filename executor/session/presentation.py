@@ -7,7 +7,7 @@ module-level functions are pure: a run's header, its orphans note and its outcom
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from executor.artifacts import SessionArtifacts
 from executor.artifacts.view import bounded_view
@@ -29,6 +29,9 @@ from executor.session.api import FocusMode, Outcome
 from executor.session.gating import Gatekeeper
 
 __all__ = ["Views", "orphans_note", "outcome_of", "run_header"]
+
+_RAW_MAX_LINES: Final = 100_000
+"""Most lines of a raw stream a result carries (the display budget usually binds first)."""
 
 
 def outcome_of(result: RunResult) -> Outcome:
@@ -103,6 +106,17 @@ class Views:
     def bounded(self, artifact_id: str) -> str:
         """The bounded (head and tail) view of an artifact."""
         return bounded_view(self._artifacts, artifact_id)
+
+    def raw_stream(self, artifact_id: str, stream: str) -> tuple[str, bool]:
+        """A stream's raw text, cut at the display budget, and whether that is the whole stream."""
+        page = self._artifacts.read_output(
+            artifact_id,
+            stream=stream,
+            start_line=1,
+            line_count=_RAW_MAX_LINES,
+            budget_chars=self._settings.artifacts.display_max_chars,
+        )
+        return page.data.decode("utf-8", "replace"), page.complete
 
     def _stream_text(self, artifact_id: str, stream: str) -> str:
         parts: list[str] = []

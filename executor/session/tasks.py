@@ -56,6 +56,7 @@ class BackgroundTasks:
         nursery: trio.Nursery,
         records_path: Path,
         max_running: int,
+        display_max_chars: int,
     ) -> None:
         self._client = client
         self._artifacts = artifacts
@@ -64,6 +65,7 @@ class BackgroundTasks:
         self._nursery = nursery
         self._tasks_path = records_path
         self._max_running = max_running
+        self._display_max_chars = display_max_chars
         self._mirrors: set[str] = set()
 
     # -- records -----------------------------------------------------------------------------------------------
@@ -115,7 +117,7 @@ class BackgroundTasks:
         self._mirrors.add(task_id)
         self._nursery.start_soon(self._mirror, task_id, action_id, capture)
         return ToolResult(
-            tool="task",
+            tool="task_start",
             outcome="completed",
             text=(
                 f"[started background task {task_id}; read its output with task_read(task_id={task_id!r}, "
@@ -123,6 +125,7 @@ class BackgroundTasks:
             ),
             action_id=action_id,
             artifact_id=capture.artifact_id,
+            task_id=task_id,
             data={"task_id": task_id},
         )
 
@@ -212,12 +215,22 @@ class BackgroundTasks:
             header += f"; bytes before {chunk.start} were dropped (agent buffer full)"
         header += "]"
         text = await self._views.sanitize(f"{header}\n{raw}" if raw else header, artifact_id=record.artifact_id)
+        # The raw chunk, cut at the display budget; "complete" only when it is the whole, ended stream.
+        plain = chunk.data.decode("utf-8", "replace")
+        shown = plain[: self._display_max_chars]
+        whole = chunk.start == 0 and chunk.offset == 0 and chunk.offset + len(chunk.data) >= chunk.end
+        complete = whole and not chunk.running and shown == plain
         return ToolResult(
-            tool="task",
+            tool="task_read",
             outcome="completed",
             text=text,
             artifact_id=record.artifact_id,
+            task_id=task_id,
             run=chunk.result,
+            stdout=shown if stream == "stdout" else None,
+            stdout_complete=complete if stream == "stdout" else None,
+            stderr=shown if stream == "stderr" else None,
+            stderr_complete=complete if stream == "stderr" else None,
             data={
                 "task_id": task_id,
                 "stream": stream,

@@ -24,7 +24,7 @@ from executor.journal import JournalWriter
 from executor.models import BashAction, RunResult, RunSpec, WriteAction
 from executor.sandbox.agent.client import AgentClient
 from executor.sandbox.base import SessionInfo
-from executor.session.api import USE_DEFAULT, FocusMode, Outcome, TaskInfo, ToolResult
+from executor.session.api import USE_DEFAULT, FocusMode, HandlerChoice, Outcome, TaskInfo, ToolResult
 from executor.session.gating import Gatekeeper
 from executor.session.presentation import Views, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
@@ -78,6 +78,7 @@ class Session:
             nursery=nursery,
             records_path=self._settings.home / "sessions" / info.id / "tasks.json",
             max_running=self._settings.bash.max_background_tasks,
+            display_max_chars=self._settings.artifacts.display_max_chars,
         )
 
     @property
@@ -102,18 +103,16 @@ class Session:
 
     # -- gating ------------------------------------------------------------------------------------------------
 
-    def _handler(self, given: object) -> ApprovalHandler | None:
-        if given is USE_DEFAULT:
-            return self._default_handler
-        return given  # type: ignore[return-value]  # an ApprovalHandler or None, by the public signatures
+    def _handler(self, given: HandlerChoice) -> ApprovalHandler | None:
+        return self._default_handler if given is USE_DEFAULT else given
 
     async def _gate(
         self,
         action_id: str,
         action: BashAction | WriteAction,
-        approval_handler: object,
+        approval_handler: HandlerChoice,
         *,
-        tool: Literal["bash", "write_file", "task"],
+        tool: Literal["bash", "write_file", "task_start"],
         current_identity: Callable[[], Awaitable[str]],
     ) -> ToolResult | None:
         """Gate ``action``; None means run it, else the (sanitized) result that says why it did not run."""
@@ -126,7 +125,7 @@ class Session:
         return ToolResult(tool=tool, action_id=action_id, outcome=refusal.outcome, text=text)
 
     async def _gate_run(
-        self, spec: RunSpec, approval_handler: object, *, tool: Literal["bash", "task"]
+        self, spec: RunSpec, approval_handler: HandlerChoice, *, tool: Literal["bash", "task_start"]
     ) -> tuple[str, ToolResult | None]:
         """Gate the exact run ``spec``; returns its action id and, unless it may run, the result to return."""
         action = BashAction(
@@ -157,7 +156,7 @@ class Session:
         timeout_ms: int | None = None,
         focus_mode: FocusMode | None = None,
         intent: str | None = None,
-        approval_handler: ApprovalHandler | object | None = USE_DEFAULT,
+        approval_handler: HandlerChoice = USE_DEFAULT,
     ) -> ToolResult:
         """Run ``command`` as a fresh ``bash -c`` in the session, gated, captured and presented.
 
@@ -214,8 +213,14 @@ class Session:
         if result.drain_cut:
             parts.append("[a process still held the output pipes after the command exited; reading stopped]")
         text = await self._views.sanitize("\n".join(parts), artifact_id=record.id)
+        stdout, stdout_complete = self._views.raw_stream(record.id, "stdout")
+        stderr, stderr_complete = self._views.raw_stream(record.id, "stderr")
         return ToolResult(
             tool="bash",
+            stdout=stdout,
+            stdout_complete=stdout_complete,
+            stderr=stderr,
+            stderr_complete=stderr_complete,
             outcome=outcome_of(result),
             text=text,
             action_id=action_id,
@@ -229,17 +234,26 @@ class Session:
         path: str,
         content: bytes | str,
         *,
-        approval_handler: ApprovalHandler | object | None = USE_DEFAULT,
+        approval_handler: HandlerChoice = USE_DEFAULT,
     ) -> ToolResult:
         """Create or replace a file in the session, staged and symlink-safe, gated on the exact path and content.
+
+        A write the container refuses (a missing folder, a symlink on the path, a non-regular target), whether it
+        is found while the target is reviewed or while it is written, is a result with outcome ``error`` and
+        nothing written: the same outcome on every surface.
 
         Raises:
             PathRejected: the path is refused before any container call.
             ContentRejected: the content is larger than ``write.max_bytes``.
-            UnsafeTarget: a symlink on the path, or a non-regular target (found while preparing).
         """
         data = content.encode("utf-8") if isinstance(content, str) else content
-        prepared = await self._writer.prepare(path, data)
+        try:
+            prepared = await self._writer.prepare(path, data)
+        except WriteError as exc:
+            if isinstance(exc, ValueError):  # PathRejected, ContentRejected: bad input, refused before any call
+                raise
+            text = await self._views.sanitize(f"[write refused: {exc}]\nnothing was written to {path}")
+            return ToolResult(tool="write_file", outcome="error", text=text)
         action = WriteAction(
             session_id=self.id,
             path=prepared.path,
@@ -356,7 +370,7 @@ class Session:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         owner: str | None = None,
-        approval_handler: ApprovalHandler | object | None = USE_DEFAULT,
+        approval_handler: HandlerChoice = USE_DEFAULT,
     ) -> ToolResult:
         """Start ``command`` in the background (gated like bash; no deadline) and return at once.
 
@@ -370,7 +384,7 @@ class Session:
             command, settings=self._settings.bash, profile=self.profile, cwd=cwd, env=env, background=True
         )
         await self._tasks.check_capacity()
-        action_id, gated = await self._gate_run(spec, approval_handler, tool="task")
+        action_id, gated = await self._gate_run(spec, approval_handler, tool="task_start")
         if gated is not None:
             return gated
         return await self._tasks.start(spec, command=command, owner=owner, action_id=action_id)
