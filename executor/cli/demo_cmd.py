@@ -56,7 +56,7 @@ async def _demo(settings: object) -> None:
 
     assert isinstance(settings, Settings)
     api_key = api_key_from(settings.gate.judge, os.environ)
-    async with open_executor(settings, approval_handler=None, api_key=api_key) as ex:
+    async with open_executor(settings, approval_handler=None, api_key=api_key, surface="cli") as ex:
         _say("1. start a session (hardened container, our agent as PID 1)")
         async with ex.open_session() as session:
             sys.stdout.write(f"   session {session.id}, image {session.info.image}, profile {session.info.profile}\n")

@@ -181,7 +181,7 @@ def run_cli(
     async def main() -> T:
         api_key = api_key_from(settings.gate.judge, os.environ)
         async with (
-            open_executor(settings, approval_handler=handler, api_key=api_key) as ex,
+            open_executor(settings, approval_handler=handler, api_key=api_key, surface="cli") as ex,
             session_scope(ex, where) as session,
         ):
             return await job(session)

@@ -38,6 +38,7 @@ import trio
 import typer
 
 from executor.artifacts import ArtifactStore, SessionArtifacts, render_read_page, render_search_page
+from executor.artifacts.hints import CLI_HINTS
 from executor.cli._common import emit, state
 from executor.cli.exec_cmd import handle_error
 from executor.config import Settings
@@ -125,7 +126,7 @@ def read(
             line_count=line_count,
             start_byte_in_line=start_byte_in_line,
         )
-        return render_read_page(page), page.model_dump(mode="json", exclude={"text", "data"})
+        return render_read_page(page, hints=CLI_HINTS), page.model_dump(mode="json", exclude={"text", "data"})
 
     _run(ctx, artifact_id, session, job)
 
@@ -147,6 +148,6 @@ def search(
             artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
         )
         receipt = page.model_dump(mode="json", exclude={"matches": {"__all__": {"text"}}})
-        return render_search_page(page), receipt
+        return render_search_page(page, hints=CLI_HINTS), receipt
 
     _run(ctx, artifact_id, session, job)

@@ -53,6 +53,7 @@ from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+from executor.artifacts.hints import MCP_HINTS
 from executor.config import Settings
 from executor.errors import ArtifactNotFound, ConfigError, ExecutorError, SessionNotFound, TaskNotFound
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest, printable
@@ -470,10 +471,10 @@ def _task_text(info: TaskInfo, verb: str) -> str:
     lines = [f"task {info.task_id} {verb} ({state}): {info.command}"]
     if info.result is not None:
         lines.append(f"exit: {info.result.model_dump(mode='json', exclude_none=True)}")
-    lines.append(
-        f"output: task_read(task_id={info.task_id!r}, stream='stdout', offset=0); "
-        f"whole streams: read_output(artifact_id={info.artifact_id!r})"
-    )
+    output = f"output: {MCP_HINTS.task_read(info.task_id)}"
+    if info.artifact_id is not None:
+        output += f"; whole streams: {MCP_HINTS.read(info.artifact_id, stream='stdout')}"
+    lines.append(output)
     return "\n".join(lines)
 
 
@@ -911,7 +912,7 @@ async def serve_stdio(settings: Settings, *, session_name: str | None = None, ap
         api_key: the ``openai`` judge's key (the entry point reads it from the environment).
     """
     async with (
-        open_executor(settings, api_key=api_key) as executor,
+        open_executor(settings, api_key=api_key, surface="mcp") as executor,
         open_surface(executor, transport="stdio", session_name=session_name) as surface,
     ):
         await surface.server.run_stdio_async()
@@ -949,7 +950,7 @@ async def serve_http(
     if not settings.mcp.tokens:
         raise no_tokens_error()
     async with (
-        open_executor(settings, api_key=api_key) as executor,
+        open_executor(settings, api_key=api_key, surface="mcp") as executor,
         open_surface(
             executor,
             transport="http",

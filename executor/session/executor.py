@@ -13,6 +13,7 @@ from typing import Final, TypeVar
 import trio
 
 from executor.artifacts import ArtifactStore
+from executor.artifacts.hints import Surface
 from executor.config import Profile, Settings
 from executor.errors import ConfigError, SandboxError, SessionNotFound
 from executor.gate.approvals import ApprovalHandler
@@ -85,8 +86,11 @@ class Executor:
         judge: Judge | None,
         cache: AnswerCache | None,
         approval_handler: ApprovalHandler | None,
+        surface: Surface = "python",
     ) -> None:
         self.settings = settings
+        self.surface: Surface = surface
+        """Who reads this executor's results (the recovery hints are written in its words)."""
         self.backend = backend
         self.store = store
         self.judge = judge
@@ -210,6 +214,7 @@ class Executor:
                             gate=gate,
                             nursery=nursery,
                             approval_handler=self.approval_handler,
+                            surface=self.surface,
                         )
                         try:
                             yield session
@@ -230,6 +235,7 @@ async def open_executor(
     judge: Judge | None = None,
     answer_cache: AnswerCache | object | None = DEFAULT_CACHE,
     api_key: str | None = None,
+    surface: Surface = "python",
 ) -> AsyncIterator[Executor]:
     """Open the executor: the engine backend, the artifact store, the judge and the shared answer cache.
 
@@ -239,12 +245,19 @@ async def open_executor(
         judge: a judge to use instead of the configured provider.
         answer_cache: the shared exact-answer cache; the default builds one from ``gate.cache``; None disables it.
         api_key: the key for the ``openai`` judge provider (the entry point reads it from the environment).
+        surface: who reads the results: ``python`` (this API), ``mcp`` or ``cli``; recovery hints are written as
+            calls in its words.
 
     Raises:
         EngineUnavailable: no Docker engine answers; the message says how to start one.
     """
     opened = _open_executor(
-        settings, approval_handler=approval_handler, judge=judge, answer_cache=answer_cache, api_key=api_key
+        settings,
+        approval_handler=approval_handler,
+        judge=judge,
+        answer_cache=answer_cache,
+        api_key=api_key,
+        surface=surface,
     )
     async with _sole_errors_around(opened) as executor:
         yield executor
@@ -258,6 +271,7 @@ async def _open_executor(
     judge: Judge | None,
     answer_cache: AnswerCache | object | None,
     api_key: str | None,
+    surface: Surface,
 ) -> AsyncIterator[Executor]:
     cache = AnswerCache.from_settings(settings.gate.cache) if answer_cache is DEFAULT_CACHE else answer_cache
     assert cache is None or isinstance(cache, AnswerCache)
@@ -273,9 +287,9 @@ async def _open_executor(
         )
         try:
             if judge is not None:
-                yield Executor(settings, backend, store, judge, cache, approval_handler)
+                yield Executor(settings, backend, store, judge, cache, approval_handler, surface)
             else:
                 async with open_judge(settings.gate.judge, api_key=api_key) as configured:
-                    yield Executor(settings, backend, store, configured, cache, approval_handler)
+                    yield Executor(settings, backend, store, configured, cache, approval_handler, surface)
         finally:
             store.close()

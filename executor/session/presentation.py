@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from executor.artifacts import SessionArtifacts
-from executor.artifacts.view import bounded_view
+from executor.artifacts import ReadPage, SearchPage, SessionArtifacts
+from executor.artifacts.hints import Surface, hints_for
+from executor.artifacts.view import bounded_view, render_read_page, render_search_page
 from executor.config import Settings
 from executor.errors import ExecutorError
 from executor.focus import (
@@ -83,8 +84,18 @@ def orphans_note(result: RunResult) -> str:
 class Views:
     """A session's presentation: focused or bounded views of its artifacts, and sanitizing of every text shown."""
 
-    def __init__(self, *, session_id: str, settings: Settings, artifacts: SessionArtifacts, gatekeeper: Gatekeeper):
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        settings: Settings,
+        artifacts: SessionArtifacts,
+        gatekeeper: Gatekeeper,
+        surface: Surface,
+    ) -> None:
         self.session_id = session_id
+        self.hints = hints_for(surface)
+        """The recovery calls in the words of the surface that reads this session's results."""
         self._settings = settings
         self._artifacts = artifacts
         self._gatekeeper = gatekeeper
@@ -105,7 +116,7 @@ class Views:
 
     def bounded(self, artifact_id: str) -> str:
         """The bounded (head and tail) view of an artifact."""
-        return bounded_view(self._artifacts, artifact_id)
+        return bounded_view(self._artifacts, artifact_id, hints=self.hints)
 
     def raw_stream(self, artifact_id: str, stream: str) -> tuple[str, bool]:
         """A stream's raw text, cut at the display budget, and whether that is the whole stream."""
@@ -117,6 +128,14 @@ class Views:
             budget_chars=self._settings.artifacts.display_max_chars,
         )
         return page.data.decode("utf-8", "replace"), page.complete
+
+    def read_page(self, page: ReadPage) -> str:
+        """A ``read_output`` page as text (raw; the caller sanitizes it)."""
+        return render_read_page(page, hints=self.hints)
+
+    def search_page(self, page: SearchPage) -> str:
+        """A ``search_output`` page as text (raw; the caller sanitizes it)."""
+        return render_search_page(page, hints=self.hints)
 
     def _stream_text(self, artifact_id: str, stream: str) -> str:
         parts: list[str] = []
@@ -189,6 +208,7 @@ class Views:
                     decision,
                     artifact_id=artifact_id,
                     budget_chars=settings.artifacts.display_max_chars // max(1, len(record.streams)),
+                    recover=self.hints.read(artifact_id, stream=stream),
                 )
                 focused.append(f"[{stream}]\n{body}" if len(record.streams) > 1 else body)
             elif status == "full" and len(text) <= settings.artifacts.display_max_chars // max(1, len(record.streams)):

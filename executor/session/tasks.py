@@ -120,8 +120,9 @@ class BackgroundTasks:
             tool="task_start",
             outcome="completed",
             text=(
-                f"[started background task {task_id}; read its output with task_read(task_id={task_id!r}, "
-                f"stream='stdout', offset=0); its streams are kept as artifact {capture.artifact_id}]"
+                f"[started background task {task_id}; read its output with "
+                f"{self._views.hints.task_read(task_id, session_id=self._views.session_id)}; its streams are kept as "
+                f"artifact {capture.artifact_id}]"
             ),
             action_id=action_id,
             artifact_id=capture.artifact_id,

@@ -15,7 +15,7 @@ from typing import Literal
 import trio
 
 from executor.artifacts import SessionArtifacts
-from executor.artifacts.view import render_read_page, render_search_page
+from executor.artifacts.hints import Surface
 from executor.config import Profile, Settings
 from executor.errors import SandboxLost, WriteError
 from executor.gate.approvals import ApprovalHandler
@@ -53,6 +53,7 @@ class Session:
         gate: Gate,
         nursery: trio.Nursery,
         approval_handler: ApprovalHandler | None,
+        surface: Surface = "python",
     ) -> None:
         self.info = info
         self.profile = profile
@@ -68,7 +69,11 @@ class Session:
             session_id=info.id, profile=profile, gate=gate, journal=journal, artifacts=self.artifacts
         )
         self._views = Views(
-            session_id=info.id, settings=self._settings, artifacts=self.artifacts, gatekeeper=self._gatekeeper
+            session_id=info.id,
+            settings=self._settings,
+            artifacts=self.artifacts,
+            gatekeeper=self._gatekeeper,
+            surface=surface,
         )
         self._tasks = BackgroundTasks(
             client=client,
@@ -324,7 +329,7 @@ class Session:
             line_count=line_count,
             start_byte_in_line=start_byte_in_line,
         )
-        text = await self._views.sanitize(render_read_page(page), artifact_id=artifact_id)
+        text = await self._views.sanitize(self._views.read_page(page), artifact_id=artifact_id)
         return ToolResult(
             tool="read_output",
             outcome="completed",
@@ -352,7 +357,7 @@ class Session:
         page = await self.artifacts.search_output(
             artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
         )
-        text = await self._views.sanitize(render_search_page(page), artifact_id=artifact_id)
+        text = await self._views.sanitize(self._views.search_page(page), artifact_id=artifact_id)
         return ToolResult(
             tool="search_output",
             outcome="completed",

@@ -33,7 +33,8 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home
 
         page = cli(home, "output", "read", artifact, "--session", name, "--start-line", "100", "--line-count", "3")
         assert page.code == 0, page.stderr
-        assert page.stdout == f"[{artifact} stdout: lines 100-102; next: startLine=103]\n100\n101\n102\n"
+        nxt = f"executor output read {artifact} --stream stdout --start-line 103"
+        assert page.stdout == f"[{artifact} stdout: lines 100-102; next: {nxt}]\n100\n101\n102\n"
 
         found = cli(home, "output", "search", artifact, "--pattern", "^25", "--limit", "2", "--json")
         assert found.code == 0
