@@ -1,23 +1,22 @@
 """Background tasks: commands started without a deadline, their records, and the mirror of their streams.
 
-The session's agent runs a task and keeps a ring buffer of its output; :class:`BackgroundTasks` records who started
-it (the opaque owner token) and which artifact mirrors its streams, copies the streams into that artifact while the
-session object lives, and gives a task whose mirror ended with another process (a CLI call) one complete artifact
-once it has ended.
+The session's agent runs a task and keeps a ring buffer of its output. :class:`BackgroundTasks` records who started
+it (the opaque owner token) and which artifact mirrors its streams, as rows of the artifact index that every process
+of the home shares (the CLI and a server never lose each other's records); it copies the streams into that artifact
+while the session object lives, and gives a task whose mirror ended with another process (a CLI call) one complete
+artifact once it has ended.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Final, Literal
 
 import trio
-from pydantic import BaseModel, ConfigDict
 
-from executor.artifacts import Capture, SessionArtifacts
+from executor.artifacts import Capture, SessionArtifacts, TaskRecord
 from executor.errors import CommandRejected, TaskNotFound
 from executor.journal import JournalWriter
 from executor.journal.events import ExecutionFinished, ExecutionStarted
@@ -32,17 +31,6 @@ __all__ = ["BackgroundTasks"]
 _TASK_POLL_S: Final = 0.05
 
 
-class _TaskRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    task_id: str
-    command: str
-    owner: str | None = None
-    artifact_id: str | None = None
-    action_id: str | None = None
-    finished: bool = False
-
-
 class BackgroundTasks:
     """One session's background tasks (records under the session's state directory, mirrors in its nursery)."""
 
@@ -54,7 +42,7 @@ class BackgroundTasks:
         journal: JournalWriter,
         views: Views,
         nursery: trio.Nursery,
-        records_path: Path,
+        legacy_records: Path,
         max_running: int,
         display_max_chars: int,
     ) -> None:
@@ -63,28 +51,33 @@ class BackgroundTasks:
         self._journal = journal
         self._views = views
         self._nursery = nursery
-        self._tasks_path = records_path
         self._max_running = max_running
         self._display_max_chars = display_max_chars
         self._mirrors: set[str] = set()
+        self._import_legacy(legacy_records)
 
     # -- records -----------------------------------------------------------------------------------------------
 
-    def _load_tasks(self) -> dict[str, _TaskRecord]:
+    def _import_legacy(self, path: Path) -> None:
+        """Move records an earlier version kept in ``tasks.json`` into the index (once; the file is removed)."""
         try:
-            raw = json.loads(self._tasks_path.read_text(encoding="utf-8"))
+            raw = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return {}
-        return {key: _TaskRecord.model_validate(value) for key, value in raw.items()}
+            return
+        except (OSError, ValueError):
+            return  # unreadable: nothing to import
+        known = self._artifacts.tasks()
+        for key, value in raw.items() if isinstance(raw, dict) else ():
+            if key not in known:
+                with suppress(ValueError):
+                    self._artifacts.put_task(TaskRecord.model_validate(value))
+        path.unlink(missing_ok=True)
 
-    def _save_tasks(self, tasks: Mapping[str, _TaskRecord]) -> None:
-        self._tasks_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self._tasks_path.with_suffix(f".{secrets.token_hex(4)}.tmp")
-        tmp.write_text(json.dumps({k: v.model_dump() for k, v in tasks.items()}), encoding="utf-8")
-        tmp.replace(self._tasks_path)
+    def _load_tasks(self) -> dict[str, TaskRecord]:
+        return self._artifacts.tasks()
 
-    def _task(self, task_id: str, owner: str | None) -> _TaskRecord:
-        record = self._load_tasks().get(task_id)
+    def _task(self, task_id: str, owner: str | None) -> TaskRecord:
+        record = self._artifacts.task(task_id)
         # The owner token is opaque: it is compared only when the caller (a surface's access policy) passes one.
         if record is None or (owner is not None and not owner_matches(record.owner, owner)):
             raise TaskNotFound(f"no background task {task_id!r} in this session; task_list shows yours")
@@ -109,11 +102,11 @@ class BackgroundTasks:
         task_id = await self._client.start_task(spec)
         self._journal.emit(ExecutionStarted(action_id=action_id))
         capture = self._task_capture(task_id)
-        tasks = self._load_tasks()
-        tasks[task_id] = _TaskRecord(
-            task_id=task_id, command=command, owner=owner, artifact_id=capture.artifact_id, action_id=action_id
+        self._artifacts.put_task(
+            TaskRecord(
+                task_id=task_id, command=command, owner=owner, artifact_id=capture.artifact_id, action_id=action_id
+            )
         )
-        self._save_tasks(tasks)
         self._mirrors.add(task_id)
         self._nursery.start_soon(self._mirror, task_id, action_id, capture)
         return ToolResult(
@@ -170,11 +163,7 @@ class BackgroundTasks:
                             artifact_ids=(capture.artifact_id,),
                         )
                     )
-                tasks = self._load_tasks()
-                if task_id in tasks:
-                    update = {"finished": True, "artifact_id": capture.artifact_id}
-                    tasks[task_id] = tasks[task_id].model_copy(update=update)
-                    self._save_tasks(tasks)
+                self._artifacts.finish_task(task_id, artifact_id=capture.artifact_id)
             self._mirrors.discard(task_id)
 
     def _task_capture(self, task_id: str) -> Capture:
@@ -280,7 +269,7 @@ class BackgroundTasks:
 
     def owner_of(self, task_id: str) -> str | None:
         """See :meth:`executor.session.Session.owner_of`."""
-        record = self._load_tasks().get(task_id)
+        record = self._artifacts.task(task_id)
         if record is None:
             raise TaskNotFound(f"no background task {task_id!r} in this session")
         return record.owner

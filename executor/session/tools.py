@@ -81,7 +81,7 @@ class Session:
             journal=journal,
             views=self._views,
             nursery=nursery,
-            records_path=self._settings.home / "sessions" / info.id / "tasks.json",
+            legacy_records=self._settings.home / "sessions" / info.id / "tasks.json",
             max_running=self._settings.bash.max_background_tasks,
             display_max_chars=self._settings.artifacts.display_max_chars,
         )
