@@ -30,7 +30,7 @@ from executor.session.api import (
     TaskInfo,
     ToolResult,
 )
-from executor.session.executor import Executor, open_executor
+from executor.session.executor import Executor, open_executor, open_output_reader
 from executor.session.tools import Session
 
 if TYPE_CHECKING:
@@ -50,4 +50,5 @@ __all__ = [
     "TaskInfo",
     "ToolResult",
     "open_executor",
+    "open_output_reader",
 ]

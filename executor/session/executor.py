@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from typing import Final, TypeVar
 
 import trio
@@ -25,10 +25,12 @@ from executor.journal import JournalWriter, interruption_journaler, load_journal
 from executor.journal.events import SessionClosed, SessionOpened
 from executor.sandbox.agent.client import open_agent_client
 from executor.sandbox.base import Backend, SessionInfo, open_backend
-from executor.session.gating import owner_matches
+from executor.session.gating import Gatekeeper, owner_matches
+from executor.session.output import OutputTools
+from executor.session.presentation import Views
 from executor.session.tools import Session
 
-__all__ = ["Executor", "open_executor"]
+__all__ = ["Executor", "open_executor", "open_output_reader"]
 
 _CLEANUP_BUDGET_S: Final = 10.0
 _T = TypeVar("_T")
@@ -293,3 +295,56 @@ async def _open_executor(
                     yield Executor(settings, backend, store, configured, cache, approval_handler, surface)
         finally:
             store.close()
+
+
+@asynccontextmanager
+async def open_output_reader(
+    settings: Settings,
+    session_id: str,
+    *,
+    judge: Judge | None = None,
+    api_key: str | None = None,
+    surface: Surface = "python",
+) -> AsyncIterator[OutputTools]:
+    """``read_output``/``search_output`` on a session's stored streams without its container (it may be gone).
+
+    Pages are rendered, sanitized (the judge's ``sanitize`` reflex under the default profile's policy) and the
+    judgment is journaled in the session's journal, exactly as the session's own tools do. No engine is needed.
+
+    Raises:
+        SessionNotFound: ``session_id`` is not a session id.
+        ConfigError: the default profile's policy cannot be loaded.
+        ArtifactError: the artifact index cannot be opened.
+    """
+    profile = settings.profile()
+    policy = load_profile_policy(settings.gate, profile)
+    store = ArtifactStore.open(
+        settings.home, settings.artifacts, on_interrupted=interruption_journaler(settings.home, settings.journal)
+    )
+    try:
+        artifacts = store.session(session_id)
+        journal = JournalWriter(
+            settings.home / "sessions" / session_id / "journal.ndjson", session_id=session_id, settings=settings.journal
+        )
+        async with AsyncExitStack() as stack:
+            chosen = (
+                judge
+                if judge is not None
+                else await stack.enter_async_context(open_judge(settings.gate.judge, api_key=api_key))
+            )
+            # A session with no folder stores nothing: every read fails before a judgment is journaled, and no
+            # journal is created for an id that never ran.
+            if journal.path.parent.is_dir():
+                stack.enter_context(journal)
+            gate = Gate(
+                settings.gate, policy=policy, judge=chosen, cache=AnswerCache.from_settings(settings.gate.cache)
+            )
+            gatekeeper = Gatekeeper(
+                session_id=session_id, profile=profile, gate=gate, journal=journal, artifacts=artifacts
+            )
+            views = Views(
+                session_id=session_id, settings=settings, artifacts=artifacts, gatekeeper=gatekeeper, surface=surface
+            )
+            yield OutputTools(artifacts=artifacts, views=views)
+    finally:
+        store.close()

@@ -26,6 +26,7 @@ from executor.sandbox.agent.client import AgentClient
 from executor.sandbox.base import SessionInfo
 from executor.session.api import USE_DEFAULT, FocusMode, HandlerChoice, Outcome, TaskInfo, ToolResult
 from executor.session.gating import Gatekeeper
+from executor.session.output import OutputTools
 from executor.session.presentation import Views, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
 from executor.tools.bash import build_run_spec
@@ -75,6 +76,7 @@ class Session:
             gatekeeper=self._gatekeeper,
             surface=surface,
         )
+        self._output = OutputTools(artifacts=self.artifacts, views=self._views)
         self._tasks = BackgroundTasks(
             client=client,
             artifacts=self.artifacts,
@@ -322,20 +324,12 @@ class Session:
             StreamNotFound: the artifact has no such stream.
             OutputRangeError: a range out of bounds.
         """
-        page = self.artifacts.read_output(
+        return await self._output.read_output(
             artifact_id,
             stream=stream,
             start_line=start_line,
             line_count=line_count,
             start_byte_in_line=start_byte_in_line,
-        )
-        text = await self._views.sanitize(self._views.read_page(page), artifact_id=artifact_id)
-        return ToolResult(
-            tool="read_output",
-            outcome="completed",
-            text=text,
-            artifact_id=artifact_id,
-            data=page.model_dump(mode="json", exclude={"text"}),
         )
 
     async def search_output(
@@ -354,16 +348,8 @@ class Session:
             PatternError: the pattern does not compile or is too long.
             PatternTimeout: the pattern ran past ``artifacts.search_timeout_s``.
         """
-        page = await self.artifacts.search_output(
-            artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
-        )
-        text = await self._views.sanitize(self._views.search_page(page), artifact_id=artifact_id)
-        return ToolResult(
-            tool="search_output",
-            outcome="completed",
-            text=text,
-            artifact_id=artifact_id,
-            data=page.model_dump(mode="json"),
+        return await self._output.search_output(
+            artifact_id, pattern=pattern, stream=stream, limit=limit, start_line=start_line
         )
 
     # -- background tasks --------------------------------------------------------------------------------------
