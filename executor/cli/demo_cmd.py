@@ -93,7 +93,7 @@ async def _demo(settings: object) -> None:
             _say("6. a background task, read by byte offsets while it runs")
             started = await session.start_task("for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done")
             _show(started)
-            task_id = str((started.data or {})["task_id"])
+            task_id = str(started.task_id)
             offset = 0
             for _ in range(4):
                 await trio.sleep(0.4)
