@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_helpers import cli, named_session
-from tests.hints_helpers import cli_calls
+from executor.testing.cli import cli, named_session
+from executor.testing.hints import cli_calls
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

@@ -11,7 +11,7 @@ from mcp_types import CallToolResult, TextContent
 from executor.config import load_settings
 from executor.mcp.server import open_surface
 from executor.session import open_executor
-from tests.hints_helpers import tool_calls
+from executor.testing.hints import tool_calls
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 

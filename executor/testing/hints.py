@@ -6,6 +6,8 @@ import ast
 import re
 import shlex
 
+__all__ = ["cli_calls", "tool_calls"]
+
 _TOOL_CALL = re.compile(r"\b(read_output|search_output|task_read|read_task)\(")
 _CLI_CALL = re.compile(r"\bexecutor (?:output|bg) ")
 
