@@ -13,7 +13,15 @@ from executor._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from executor.artifacts.capture import Capture
-    from executor.artifacts.models import ArtifactRecord, ReadPage, SearchMatch, SearchPage, StreamInfo, UnscannableLine
+    from executor.artifacts.models import (
+        ArtifactRecord,
+        ReadPage,
+        SearchMatch,
+        SearchPage,
+        StreamInfo,
+        TaskRecord,
+        UnscannableLine,
+    )
     from executor.artifacts.store import ArtifactStore, SessionArtifacts
     from executor.artifacts.view import (
         NO_OUTPUT,
@@ -36,6 +44,7 @@ __all__ = [
     "SearchPage",
     "SessionArtifacts",
     "StreamInfo",
+    "TaskRecord",
     "UnscannableLine",
     "bounded_view",
     "present",
@@ -51,6 +60,7 @@ _HOMES = {
     "SearchMatch": "executor.artifacts.models",
     "SearchPage": "executor.artifacts.models",
     "StreamInfo": "executor.artifacts.models",
+    "TaskRecord": "executor.artifacts.models",
     "UnscannableLine": "executor.artifacts.models",
     "ArtifactStore": "executor.artifacts.store",
     "SessionArtifacts": "executor.artifacts.store",

@@ -19,6 +19,7 @@ __all__ = [
     "SearchMatch",
     "SearchPage",
     "StreamInfo",
+    "TaskRecord",
     "UnscannableLine",
     "display",
 ]
@@ -183,3 +184,20 @@ class SearchPage(_Model):
     """The producer is still running; the last line in progress was not searched yet."""
     empty_source: bool
     """The stream holds no bytes at all."""
+
+
+class TaskRecord(_Model):
+    """What the index keeps about one background task (the agent keeps its process and its output buffer)."""
+
+    task_id: str
+    """Identifier given by the session's agent."""
+    command: str
+    """The command it runs."""
+    owner: str | None = None
+    """The opaque owner token given at start."""
+    artifact_id: str | None = None
+    """The artifact mirroring its streams."""
+    action_id: str | None = None
+    """The gated action that started it."""
+    finished: bool = False
+    """Its mirror completed: the artifact holds the whole output."""

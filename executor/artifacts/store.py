@@ -2,7 +2,7 @@
 
 Layout::
 
-    $EXECUTOR_HOME/artifacts.sqlite3                       index: sessions, artifacts, streams, tombstones
+    $EXECUTOR_HOME/artifacts.sqlite3                       index: sessions, artifacts, streams, tombstones, tasks
     $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>        the kept bytes
     $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>.idx    sparse line index
 
@@ -45,7 +45,7 @@ from executor.artifacts.capture import (
     release_owner,
     stream_info,
 )
-from executor.artifacts.models import ArtifactRecord, ReadPage, SearchPage
+from executor.artifacts.models import ArtifactRecord, ReadPage, SearchPage, TaskRecord
 from executor.artifacts.paging import Layout, read_page
 from executor.config import ArtifactSettings
 from executor.errors import (
@@ -95,6 +95,16 @@ CREATE TABLE IF NOT EXISTS tombstones (
     evicted_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tombstones_by_time ON tombstones(evicted_at);
+CREATE TABLE IF NOT EXISTS tasks (
+    session TEXT NOT NULL REFERENCES sessions(id),
+    task_id TEXT NOT NULL,
+    command TEXT NOT NULL,
+    owner TEXT,
+    artifact_id TEXT,
+    action_id TEXT,
+    finished INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (session, task_id)
+);
 """
 
 
@@ -103,6 +113,18 @@ def _not_found(artifact_id: object) -> ArtifactNotFound:
     return ArtifactNotFound(
         f"no artifact {shown} in this session; use an id from a recovery notice of this session, "
         "like 's-0123456789ab.a3'"
+    )
+
+
+def _task_record(row: tuple[Any, ...]) -> TaskRecord:
+    task_id, command, owner, artifact_id, action_id, finished = row
+    return TaskRecord(
+        task_id=task_id,
+        command=command,
+        owner=owner,
+        artifact_id=artifact_id,
+        action_id=action_id,
+        finished=bool(finished),
     )
 
 
@@ -334,6 +356,51 @@ class SessionArtifacts:
     def settings(self) -> ArtifactSettings:
         """The store's artifact settings."""
         return self._store.settings
+
+    # -- background-task records ---------------------------------------------------------------------------
+    # Each change is one SQL statement, so the CLI and a server writing the same session's tasks never lose
+    # each other's records (the index is shared by every process of the home; SQLite serializes the writes).
+
+    def put_task(self, record: TaskRecord) -> None:
+        """Record a background task (replacing an earlier record of the same id)."""
+        self._store._conn.execute(
+            "INSERT OR REPLACE INTO tasks (session, task_id, command, owner, artifact_id, action_id, finished) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.session_id,
+                record.task_id,
+                record.command,
+                record.owner,
+                record.artifact_id,
+                record.action_id,
+                int(record.finished),
+            ),
+        )
+
+    def finish_task(self, task_id: str, *, artifact_id: str) -> None:
+        """Mark a task's mirror complete in ``artifact_id`` (nothing happens for an unknown task)."""
+        self._store._conn.execute(
+            "UPDATE tasks SET finished = 1, artifact_id = ? WHERE session = ? AND task_id = ?",
+            (artifact_id, self.session_id, task_id),
+        )
+
+    def tasks(self) -> dict[str, TaskRecord]:
+        """This session's task records by id, oldest first."""
+        rows = self._store._conn.execute(
+            "SELECT task_id, command, owner, artifact_id, action_id, finished FROM tasks WHERE session = ? "
+            "ORDER BY rowid",
+            (self.session_id,),
+        ).fetchall()
+        return {row[0]: _task_record(row) for row in rows}
+
+    def task(self, task_id: str) -> TaskRecord | None:
+        """One task record of this session, or None."""
+        row = self._store._conn.execute(
+            "SELECT task_id, command, owner, artifact_id, action_id, finished FROM tasks "
+            "WHERE session = ? AND task_id = ?",
+            (self.session_id, task_id),
+        ).fetchone()
+        return None if row is None else _task_record(row)
 
     # -- writing -------------------------------------------------------------------------------------------
 

@@ -10,14 +10,15 @@ Wording such as "(no output)" is added here, at delivery; it is never stored.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 
+from executor.artifacts.hints import MCP_HINTS, Hints
 from executor.artifacts.models import ArtifactRecord, ReadPage, SearchPage, StreamInfo
 from executor.artifacts.store import SessionArtifacts
 
 __all__ = [
     "NO_OUTPUT",
+    "SEARCH_PLACEHOLDER",
     "Presenter",
     "bounded_view",
     "present",
@@ -32,14 +33,13 @@ Presenter = Callable[[str], str]
 NO_OUTPUT = "(no output)"
 """Delivery wording for a result whose streams are all empty."""
 
+SEARCH_PLACEHOLDER = "<regex>"
+"""The pattern a bounded view's search hint shows (a valid pattern: put the one you need in its place)."""
+
 
 def present(text: str) -> str:
     """The default presenter: text as is. The pipeline wraps or replaces it (see the module docstring)."""
     return text
-
-
-def _q(value: str) -> str:
-    return json.dumps(value)
 
 
 def _size(info: StreamInfo) -> str:
@@ -60,6 +60,7 @@ def render_bounded_view(
     heads: Mapping[str, ReadPage],
     *,
     present: Presenter = present,
+    hints: Hints = MCP_HINTS,
 ) -> str:
     """The off-mode view: each stream's first lines, then a notice saying how to recover the rest.
 
@@ -67,6 +68,7 @@ def render_bounded_view(
         record: the artifact's record.
         heads: each stream's first page (``read_output(start_line=1, line_count=view_head_lines)``).
         present: the final transformation (the sanitize seam).
+        hints: whose words the recovery calls are in.
     """
     parts: list[str] = []
     all_empty = all(info.bytes_total == 0 and not info.growing for info in record.streams.values())
@@ -95,15 +97,13 @@ def render_bounded_view(
         if head.start_byte_in_line is not None:
             shown = f"bytes {head.start_byte_in_line}-{head.end_byte_in_line} of line {head.start_line}"
         if head.next_start_line is not None:
-            call = f"read_output(id={_q(record.id)}, stream={_q(name)}, startLine={head.next_start_line}"
-            if head.next_start_byte_in_line is not None:
-                call += f", startByteInLine={head.next_start_byte_in_line}"
-            notice.append(f"  shown: {shown}; more: {call}, lineCount=N)")
+            call = hints.read(
+                record.id, stream=name, start_line=head.next_start_line, start_byte_in_line=head.next_start_byte_in_line
+            )
+            notice.append(f"  shown: {shown}; more: {call}")
     if not all_empty:
         first = next(iter(record.streams))
-        notice.append(
-            f'search: search_output(id={_q(record.id)}, stream={_q(first)}, pattern="<regex>", limit=20, startLine=1)'
-        )
+        notice.append(f"search: {hints.search(record.id, stream=first, pattern=SEARCH_PLACEHOLDER)}")
     return present(_join([*parts, *notice]))
 
 
@@ -117,7 +117,9 @@ def _join(parts: list[str]) -> str:
     return out
 
 
-def bounded_view(artifacts: SessionArtifacts, artifact_id: str, *, present: Presenter = present) -> str:
+def bounded_view(
+    artifacts: SessionArtifacts, artifact_id: str, *, present: Presenter = present, hints: Hints = MCP_HINTS
+) -> str:
     """Read the heads and render the bounded view of one artifact (see :func:`render_bounded_view`).
 
     Raises:
@@ -133,10 +135,10 @@ def bounded_view(artifacts: SessionArtifacts, artifact_id: str, *, present: Pres
                 heads[name] = artifacts.read_output(
                     artifact_id, stream=name, line_count=settings.view_head_lines, budget_chars=share
                 )
-    return render_bounded_view(record, heads, present=present)
+    return render_bounded_view(record, heads, present=present, hints=hints)
 
 
-def render_read_page(page: ReadPage, *, present: Presenter = present) -> str:
+def render_read_page(page: ReadPage, *, present: Presenter = present, hints: Hints = MCP_HINTS) -> str:
     """A ``read_output`` page as text: a header with its true range and markers, then the bytes."""
     if page.empty_source:
         header = f"[{page.artifact_id} {page.stream}: empty source: the command wrote nothing to this stream]"
@@ -155,17 +157,20 @@ def render_read_page(page: ReadPage, *, present: Presenter = present) -> str:
     if page.growing:
         marks.append("still growing")
     if page.next_start_line is not None:
-        nxt = f"next: startLine={page.next_start_line}"
-        if page.next_start_byte_in_line is not None:
-            nxt += f", startByteInLine={page.next_start_byte_in_line}"
-        marks.append(nxt)
+        call = hints.read(
+            page.artifact_id,
+            stream=page.stream,
+            start_line=page.next_start_line,
+            start_byte_in_line=page.next_start_byte_in_line,
+        )
+        marks.append(f"next: {call}")
     else:
         marks.append("end of stream" + (", complete" if page.complete else ""))
     header = f"[{page.artifact_id} {page.stream}: {where}; {'; '.join(marks)}]"
     return present(f"{header}\n{page.text}")
 
 
-def render_search_page(page: SearchPage, *, present: Presenter = present) -> str:
+def render_search_page(page: SearchPage, *, present: Presenter = present, hints: Hints = MCP_HINTS) -> str:
     """A ``search_output`` page as text: each match with its line number, unscannable lines, and the receipt."""
     if page.empty_source:
         return present(f"[{page.artifact_id} {page.stream}: empty source: nothing to search]")
@@ -174,7 +179,7 @@ def render_search_page(page: SearchPage, *, present: Presenter = present) -> str
         if match.truncated:
             lines.append(
                 f"{match.line}: [preview from char {match.preview_start}; line too long for a page, read it with "
-                f"read_output(id={_q(page.artifact_id)}, stream={_q(page.stream)}, startLine={match.line})] "
+                f"{hints.read(page.artifact_id, stream=page.stream, start_line=match.line)}] "
                 f"{match.text}"
             )
         else:
@@ -182,8 +187,8 @@ def render_search_page(page: SearchPage, *, present: Presenter = present) -> str
     for item in page.unscannable:
         why = "longer than the line ceiling" if item.reason == "too_long" else "cut by the capture cap"
         lines.append(
-            f"{item.line}: [unscannable ({why}, {item.bytes} bytes): undetermined; inspect with read_output("
-            f"id={_q(page.artifact_id)}, stream={_q(page.stream)}, startLine={item.line})]"
+            f"{item.line}: [unscannable ({why}, {item.bytes} bytes): undetermined; inspect with "
+            f"{hints.read(page.artifact_id, stream=page.stream, start_line=item.line)}]"
         )
     if not page.matches:
         lines.insert(0, "no matches in the scanned lines")
@@ -197,7 +202,10 @@ def render_search_page(page: SearchPage, *, present: Presenter = present) -> str
     if page.growing:
         notes.append("still growing")
     if page.next_start_line is not None:
-        notes.append(f"resume with startLine={page.next_start_line}")
+        resume = hints.search(
+            page.artifact_id, stream=page.stream, pattern=page.pattern, start_line=page.next_start_line
+        )
+        notes.append(f"resume with {resume}")
     else:
         notes.append("end of stream" + (", complete" if page.complete else ""))
     return present("\n".join([*lines, f"[{'; '.join(notes)}]"]))

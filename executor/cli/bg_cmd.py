@@ -45,7 +45,7 @@ from executor.cli.exec_cmd import (
 )
 from executor.focus.sanitize import sanitize
 from executor.models import RunResult
-from executor.session import Session, TaskInfo, ToolResult
+from executor.session import SessionAPI, TaskInfo, ToolResult
 
 __all__ = ["app"]
 
@@ -97,7 +97,7 @@ def start(
     where = CliSession(json_mode=json_mode, session=named, profile=profile, image=image)
     session_id: list[str] = []
 
-    async def job(s: Session) -> ToolResult:
+    async def job(s: SessionAPI) -> ToolResult:
         session_id.append(s.id)
         return await s.start_task(script, cwd=cwd, env=env_map or None)
 
@@ -143,7 +143,7 @@ def read(
     where = CliSession(json_mode=json_mode, session=named, create=False)
     session_id: list[str] = []
 
-    async def job(s: Session) -> ToolResult:
+    async def job(s: SessionAPI) -> ToolResult:
         session_id.append(s.id)
         return await s.read_task(task_id, stream=checked, offset=offset, max_bytes=max_bytes)
 
@@ -174,7 +174,7 @@ def stop(
     where = CliSession(json_mode=json_mode, session=named, create=False)
     session_id: list[str] = []
 
-    async def job(s: Session) -> TaskInfo:
+    async def job(s: SessionAPI) -> TaskInfo:
         session_id.append(s.id)
         return await s.stop_task(task_id)
 
@@ -203,7 +203,7 @@ def ls(
     where = CliSession(json_mode=json_mode, session=named, create=False)
     session_id: list[str] = []
 
-    async def job(s: Session) -> list[TaskInfo]:
+    async def job(s: SessionAPI) -> list[TaskInfo]:
         session_id.append(s.id)
         return await s.list_tasks()
 

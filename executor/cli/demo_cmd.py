@@ -56,7 +56,7 @@ async def _demo(settings: object) -> None:
 
     assert isinstance(settings, Settings)
     api_key = api_key_from(settings.gate.judge, os.environ)
-    async with open_executor(settings, approval_handler=None, api_key=api_key) as ex:
+    async with open_executor(settings, approval_handler=None, api_key=api_key, surface="cli") as ex:
         _say("1. start a session (hardened container, our agent as PID 1)")
         async with ex.open_session() as session:
             sys.stdout.write(f"   session {session.id}, image {session.info.image}, profile {session.info.profile}\n")
@@ -93,7 +93,7 @@ async def _demo(settings: object) -> None:
             _say("6. a background task, read by byte offsets while it runs")
             started = await session.start_task("for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done")
             _show(started)
-            task_id = str((started.data or {})["task_id"])
+            task_id = str(started.task_id)
             offset = 0
             for _ in range(4):
                 await trio.sleep(0.4)

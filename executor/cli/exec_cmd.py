@@ -29,6 +29,9 @@ Exit codes:
      "text": str,                    # the presented view, as printed without --json
      "run": {"cause", "exit_code", "signal", "duration_ms", "cpu_ms", "max_rss_kb", "stream_bytes",
              "orphans_left", "orphans_killed", "drain_cut"} | null,
+     "stdout": str|null,             # the command's raw stdout (not sanitized), cut at artifacts.display_max_chars
+     "stdout_complete": bool|null,   # whether "stdout" is the whole stream (else read the artifact)
+     "stderr": str|null, "stderr_complete": bool|null,
      "session": str|null}            # the session id (null when none could be started)
 
 ``outcome`` tells a timeout (``"timeout"``, exit 124) from a command that itself exits 124 (``"failed"``, exit
@@ -77,7 +80,7 @@ from executor.errors import (
 )
 from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
 from executor.gate.judge import api_key_from
-from executor.session import Executor, FocusMode, Session, ToolResult, open_executor
+from executor.session import ExecutorAPI, FocusMode, SessionAPI, ToolResult, open_executor
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -136,7 +139,7 @@ def interactive_handler(*, stdin_used: bool = False) -> ApprovalHandler | None:
 
 
 @asynccontextmanager
-async def session_scope(ex: Executor, where: CliSession) -> AsyncIterator[Session]:
+async def session_scope(ex: ExecutorAPI, where: CliSession) -> AsyncIterator[SessionAPI]:
     """Open a throwaway session (removed on exit) or attach to a named one (left running), narrating on a terminal.
 
     Raises:
@@ -167,7 +170,7 @@ def _leaf(exc: BaseException) -> BaseException:
 def run_cli(
     settings: Settings,
     where: CliSession,
-    job: Callable[[Session], Awaitable[T]],
+    job: Callable[[SessionAPI], Awaitable[T]],
     *,
     handler: ApprovalHandler | None,
 ) -> T:
@@ -179,7 +182,7 @@ def run_cli(
     async def main() -> T:
         api_key = api_key_from(settings.gate.judge, os.environ)
         async with (
-            open_executor(settings, approval_handler=handler, api_key=api_key) as ex,
+            open_executor(settings, approval_handler=handler, api_key=api_key, surface="cli") as ex,
             session_scope(ex, where) as session,
         ):
             return await job(session)
@@ -230,6 +233,10 @@ def result_json(result: ToolResult, *, code: int, session: str | None) -> dict[s
         "action_id": result.action_id,
         "text": result.text,
         "run": None if result.run is None else result.run.model_dump(mode="json"),
+        "stdout": result.stdout,
+        "stdout_complete": result.stdout_complete,
+        "stderr": result.stderr,
+        "stderr_complete": result.stderr_complete,
         "session": session,
     }
 
@@ -295,7 +302,7 @@ def exec_command(
     script = command_text(words)
     session_id: list[str] = []
 
-    async def job(s: Session) -> ToolResult:
+    async def job(s: SessionAPI) -> ToolResult:
         session_id.append(s.id)
         return await s.bash(
             script,

@@ -6,11 +6,10 @@
 Artifacts live on the host, so these commands read the artifact store directly: they work whether the session's
 container is running, stopped or removed, and they need no Docker engine (unless ``--session`` is given as a name,
 which is resolved through the engine). The artifact id names its session (``s-0123456789ab.a3``); ``--session``
-is only a cross-check, and an id of another session is "not found". Pages are rendered exactly as the
-``read_output``/``search_output`` tools render them and sanitized with the deterministic floor of the sanitizer
-(escapes, invisible characters, instruction-like lines marked, credentials redacted per
-``focus.redact_credentials``). Unlike the tools, no sanitize judgment is asked and nothing is journaled: reading
-runs no action.
+is only a cross-check, and an id of another session is "not found". Pages go through the same pipeline as the
+``read_output``/``search_output`` tools (``executor.session.open_output_reader``): rendered with the CLI's hints,
+judged by the sanitize reflex and sanitized (escapes, invisible characters, instruction-like lines marked,
+credentials redacted per ``focus.redact_credentials``), the judgment journaled in the session's journal.
 
 Exit codes: ``0`` a page (even an empty one); ``2`` bad input (unknown, malformed, foreign or evicted id, unknown
 stream, range out of bounds, a bad or too slow pattern, an unknown session name); ``125`` the store or the engine
@@ -31,21 +30,22 @@ Failures: ``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
 import typer
 
-from executor.artifacts import ArtifactStore, SessionArtifacts, render_read_page, render_search_page
 from executor.cli._common import emit, state
 from executor.cli.exec_cmd import handle_error
 from executor.config import Settings
 from executor.errors import SessionNotFound
-from executor.focus.sanitize import sanitize
+from executor.gate.judge import api_key_from
 from executor.ids import is_session_id, parse_artifact_id
-from executor.journal import interruption_journaler
 from executor.sandbox.base import open_backend
+from executor.session import ToolResult, open_output_reader
+from executor.session.output import OutputTools
 
 __all__ = ["app"]
 
@@ -74,33 +74,31 @@ def _run(
     ctx: typer.Context,
     artifact_id: str,
     session: str | None,
-    job: Callable[[SessionArtifacts], Awaitable[tuple[str, dict[str, Any]]]],
+    job: Callable[[OutputTools], Awaitable[ToolResult]],
 ) -> None:
     st = state(ctx)
     json_mode = st.json
     settings = st.settings()
 
-    async def main() -> tuple[str, str, dict[str, Any]]:
+    async def main() -> tuple[str, ToolResult]:
         session_id = await _session_id(settings, artifact_id, session)
-        journaler = interruption_journaler(settings.home, settings.journal)
-        with ArtifactStore.open(settings.home, settings.artifacts, on_interrupted=journaler) as store:
-            rendered, page = await job(store.session(session_id))
-        return session_id, rendered, page
+        api_key = api_key_from(settings.gate.judge, os.environ)
+        async with open_output_reader(settings, session_id, api_key=api_key, surface="cli") as reader:
+            return session_id, await job(reader)
 
     try:
-        session_id, rendered, page = trio.run(main)
+        session_id, result = trio.run(main)
     except BaseException as exc:
         handle_error(exc, json_mode=json_mode)
-    text = sanitize(rendered, redact_credentials=settings.focus.redact_credentials).text
     data = {
-        "outcome": "completed",
+        "outcome": result.outcome,
         "exit_code": 0,
         "artifact_id": artifact_id,
         "session": session_id,
-        "text": text,
-        "page": page,
+        "text": result.text,
+        "page": result.data,
     }
-    emit(data, text, json_mode=json_mode)
+    emit(data, result.text, json_mode=json_mode)
 
 
 @app.command("read")
@@ -117,15 +115,14 @@ def read(
 ) -> None:
     """Print one page of a stored stream, with its true line range and where the next page starts."""
 
-    async def job(artifacts: SessionArtifacts) -> tuple[str, dict[str, Any]]:
-        page = artifacts.read_output(
+    async def job(reader: OutputTools) -> ToolResult:
+        return await reader.read_output(
             artifact_id,
             stream=stream,
             start_line=start_line,
             line_count=line_count,
             start_byte_in_line=start_byte_in_line,
         )
-        return render_read_page(page), page.model_dump(mode="json", exclude={"text", "data"})
 
     _run(ctx, artifact_id, session, job)
 
@@ -142,11 +139,9 @@ def search(
 ) -> None:
     """Print the matching lines of a stored stream with their true line numbers, and where to resume."""
 
-    async def job(artifacts: SessionArtifacts) -> tuple[str, dict[str, Any]]:
-        page = await artifacts.search_output(
+    async def job(reader: OutputTools) -> ToolResult:
+        return await reader.search_output(
             artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
         )
-        receipt = page.model_dump(mode="json", exclude={"matches": {"__all__": {"text"}}})
-        return render_search_page(page), receipt
 
     _run(ctx, artifact_id, session, job)

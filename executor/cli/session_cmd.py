@@ -22,6 +22,7 @@ JSON shapes (``--json``):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -30,7 +31,9 @@ import typer
 
 from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, emit, fail, progress, state
 from executor.errors import ConfigError, ExecutorError, SessionNotFound
+from executor.gate.judge import api_key_from
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
+from executor.session import open_executor
 
 app = typer.Typer(help="Start, list, stop and garbage-collect sessions.", no_args_is_help=True)
 
@@ -68,22 +71,35 @@ def start(
     image: str | None = typer.Option(None, "--image", help="Override the profile's image."),
     name: str | None = typer.Option(None, "--name", help="A unique name for the session."),
 ) -> None:
-    """Start a hardened session container and wait until its agent answers."""
+    """Start a hardened session container and wait until its agent answers.
+
+    The session is opened through the pipeline, like the API's ``open_session``: the profile's policy is loaded and
+    checked first (a bad policy starts nothing), and the session's journal records its opening.
+    """
     st = state(ctx)
     settings = st.settings()
     try:
         chosen = settings.profile(profile)
     except ConfigError as exc:
         raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
-    if image is not None:
-        chosen = chosen.model_copy(update={"image": image})
     profile_name = profile or settings.default_profile
-    progress(f"starting a session ({profile_name} profile, image {chosen.image})", json_mode=st.json)
+    shown = image or chosen.image
+    progress(f"starting a session ({profile_name} profile, image {shown})", json_mode=st.json)
 
-    async def job(backend: Backend) -> SessionInfo:
-        return await backend.open_session(profile=chosen, profile_name=profile_name, name=name)
+    async def main() -> SessionInfo:
+        api_key = api_key_from(settings.gate.judge, os.environ)
+        async with (
+            open_executor(settings, api_key=api_key, surface="cli") as ex,
+            ex.open_session(profile=profile, image=image, name=name, keep=True) as session,
+        ):
+            return session.info
 
-    info = _run(ctx, job)
+    try:
+        info = trio.run(main)
+    except (ConfigError, SessionNotFound, ValueError) as exc:
+        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
+    except ExecutorError as exc:
+        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
     emit({"outcome": "ok", "session": info.model_dump(mode="json")}, info.id, json_mode=st.json)
 
 

@@ -25,9 +25,7 @@ import typer
 
 from executor.cli._common import emit, state
 from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, read_input, run_cli
-from executor.errors import WriteFailed
-from executor.focus.sanitize import sanitize
-from executor.session import Session, ToolResult
+from executor.session import SessionAPI, ToolResult
 
 __all__ = ["write_command"]
 
@@ -50,16 +48,9 @@ def write_command(
     where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)
     session_id: list[str] = []
 
-    async def job(s: Session) -> ToolResult:
+    async def job(s: SessionAPI) -> ToolResult:
         session_id.append(s.id)
-        try:
-            return await s.write_file(path, content)
-        except WriteFailed as exc:
-            # Refused while the target was reviewed (a missing folder, a file that keeps changing): the same
-            # outcome as a write refused at execution, which the pipeline returns as a result.
-            text = f"[write refused: {exc}]\nnothing was written to {path}"
-            shown = sanitize(text, redact_credentials=settings.focus.redact_credentials).text
-            return ToolResult(tool="write_file", outcome="error", text=shown)
+        return await s.write_file(path, content)
 
     result = run_cli(settings, where, job, handler=interactive_handler(stdin_used=source == "-"))
     # A write the container refused is the write failing (like cp failing), not the executor failing.

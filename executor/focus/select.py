@@ -165,11 +165,14 @@ def _range(first: int, last: int) -> str:
     return f"{first}" if first == last else f"{first}-{last}"
 
 
-def _receipt(shown: Sequence[tuple[int, int]], total_sections: int, total_lines: int, artifact_id: str) -> str:
+def _receipt(
+    shown: Sequence[tuple[int, int]], total_sections: int, total_lines: int, artifact_id: str, recover: str | None
+) -> str:
     ranges = ", ".join(_range(first, last) for first, last in shown)
+    how = recover or f"use read_output or search_output on artifact {artifact_id}"
     return (
         f"[focus: showing {len(shown)} of {total_sections} sections (lines {ranges} of {total_lines}); "
-        f"use read_output or search_output on artifact {artifact_id} to recover the rest]"
+        f"{how} to recover the rest]"
     )
 
 
@@ -180,6 +183,7 @@ def present_focused(
     *,
     artifact_id: str,
     budget_chars: int,
+    recover: str | None = None,
 ) -> str:
     """The focused view of a ``select`` decision: the chosen sections, then a coverage receipt.
 
@@ -195,6 +199,7 @@ def present_focused(
         decision: a ``select`` decision validated against ``manifest``.
         artifact_id: the artifact the stream is stored in, named in the receipt.
         budget_chars: characters the view may hold; the receipt is always shown whole.
+        recover: the call that recovers the rest, in the reader's words (default: names the tools).
 
     Raises:
         ValueError: the decision is not ``select``, belongs to another manifest, or the text is not the
@@ -219,7 +224,11 @@ def present_focused(
     reserve = (
         len(
             _receipt(
-                [(s.start_line, s.end_line) for s in chosen], len(manifest.sections), manifest.line_count, artifact_id
+                [(s.start_line, s.end_line) for s in chosen],
+                len(manifest.sections),
+                manifest.line_count,
+                artifact_id,
+                recover,
             )
         )
         + 2
@@ -256,6 +265,6 @@ def present_focused(
         note = "" if last == section.end_line else f" (section continues to line {section.end_line})"
         parts.append(f"[lines {_range(first, last)}{note}]\n{body}")
     receipt = _receipt(
-        [(first, last) for first, last, _ in blocks], len(manifest.sections), manifest.line_count, artifact_id
+        [(first, last) for first, last, _ in blocks], len(manifest.sections), manifest.line_count, artifact_id, recover
     )
     return "\n".join([*parts, receipt])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import executor.artifacts as artifacts_pkg
 from executor.artifacts import SessionArtifacts, bounded_view, render_read_page, render_search_page
+from executor.artifacts.hints import CLI_HINTS
 from executor.testing.artifacts import open_session, store_bytes
 
 
@@ -17,8 +18,11 @@ def test_the_view_shows_head_lines_and_how_to_recover_the_rest(session: SessionA
     assert "out 10\n" in view and "out 11" not in view
     assert f"artifact {record.id}" in view
     assert "stdout: 341 bytes, 50 lines" in view and "stderr: 8 bytes, 1 line" in view
-    assert f'read_output(id="{record.id}", stream="stdout", startLine=11' in view
-    assert f'search_output(id="{record.id}"' in view
+    assert f'more: read_output(artifact_id="{record.id}", stream="stdout", start_line=11)' in view
+    assert f'search: search_output(artifact_id="{record.id}", stream="stdout", pattern="<regex>")' in view
+    cli_view = bounded_view(session, record.id, hints=CLI_HINTS)
+    assert f"more: executor output read {record.id} --stream stdout --start-line 11" in cli_view
+    assert f"search: executor output search {record.id} --stream stdout --pattern '<regex>'" in cli_view
 
 
 def test_view_head_lines_and_truncation_show_in_the_view() -> None:
@@ -57,9 +61,13 @@ async def test_rendered_pages_carry_ranges_and_markers(session: SessionArtifacts
     """A rendered read page names its true range and continuation; a search page its receipt and budgets."""
     artifact_id = store_bytes(session, b"a\nb\nc\n")
     text = render_read_page(session.read_output(artifact_id, line_count=2))
-    assert text.startswith(f"[{artifact_id} output: lines 1-2; next: startLine=3]\na\nb\n")
+    nxt = f'read_output(artifact_id="{artifact_id}", stream="output", start_line=3)'
+    assert text.startswith(f"[{artifact_id} output: lines 1-2; next: {nxt}]\na\nb\n")
     page = await session.search_output(artifact_id, pattern="[ab]", limit=1)
-    assert "page bounded" in render_search_page(page) and "resume with startLine=2" in render_search_page(page)
+    resume = f'search_output(artifact_id="{artifact_id}", stream="output", pattern="[ab]", start_line=2)'
+    assert "page bounded" in render_search_page(page) and f"resume with {resume}" in render_search_page(page)
+    cli_resume = f"executor output search {artifact_id} --stream output --pattern '[ab]' --start-line 2"
+    assert f"resume with {cli_resume}" in render_search_page(page, hints=CLI_HINTS)
 
 
 def test_all_names_are_exported() -> None:

@@ -13,7 +13,20 @@ from executor.testing.cli import cli, named_session
 
 pytestmark = pytest.mark.timeout(240)
 
-RESULT_KEYS = {"outcome", "exit_code", "command_exit_code", "artifact_id", "action_id", "text", "run", "session"}
+RESULT_KEYS = {
+    "outcome",
+    "exit_code",
+    "command_exit_code",
+    "artifact_id",
+    "action_id",
+    "text",
+    "run",
+    "stdout",
+    "stdout_complete",
+    "stderr",
+    "stderr_complete",
+    "session",
+}
 
 
 @pytest.mark.docker

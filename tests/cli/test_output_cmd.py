@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,12 @@ import pytest
 from executor.testing.cli import cli, named_session
 
 pytestmark = pytest.mark.timeout(180)
+
+
+def _judgments(home: Path, session: str, artifact: str) -> int:
+    journal = home / "sessions" / session / "journal.ndjson"
+    events = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines()]
+    return sum(1 for e in events if e["type"] == "judgment" and e.get("artifact_id") == artifact)
 
 
 @pytest.mark.docker
@@ -30,10 +37,12 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home
         assert ran.code == 0, ran.stderr
         artifact = ran.json()["artifact_id"]
         session = ran.json()["session"]
+        judged_by_exec = _judgments(home, session, artifact)
 
         page = cli(home, "output", "read", artifact, "--session", name, "--start-line", "100", "--line-count", "3")
         assert page.code == 0, page.stderr
-        assert page.stdout == f"[{artifact} stdout: lines 100-102; next: startLine=103]\n100\n101\n102\n"
+        nxt = f"executor output read {artifact} --stream stdout --start-line 103"
+        assert page.stdout == f"[{artifact} stdout: lines 100-102; next: {nxt}]\n100\n101\n102\n"
 
         found = cli(home, "output", "search", artifact, "--pattern", "^25", "--limit", "2", "--json")
         assert found.code == 0
@@ -50,6 +59,8 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home
     assert red.code == 0, red.stdout
     assert "\x1b" not in red.stdout and "red" in red.json()["text"]
     assert "\x1b" not in red.json()["text"]
+    # Reading goes through the pipeline: each page's sanitize judgment is journaled in the session's journal.
+    assert _judgments(home, session, artifact) == judged_by_exec + 3  # read, search, read
 
 
 def test_unknown_ids_and_bad_ranges_exit_2(home: Path) -> None:

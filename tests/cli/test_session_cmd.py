@@ -38,6 +38,9 @@ def test_session_lifecycle_in_json(base_image: str, home: Path) -> None:
     session = _json(started)["session"]
     try:
         assert session["name"] == name and session["state"] == "running" and session["profile"] == "default"
+        journal = home / "sessions" / session["id"] / "journal.ndjson"
+        opened = json.loads(journal.read_text(encoding="utf-8").splitlines()[0])
+        assert (opened["type"], opened["policy"]) == ("session_opened", "default")
         listed = _json(_executor(home, "session", "ls"))["sessions"]
         assert any(s["id"] == session["id"] for s in listed)
         stopped = _executor(home, "session", "stop", name)
@@ -54,6 +57,16 @@ def test_unknown_profile_is_bad_input(home: Path) -> None:
     done = _executor(home, "session", "start", "--profile", "nope")
     assert done.returncode == 2
     assert "known profiles: default" in _json(done)["error"]
+
+
+def test_a_profile_whose_policy_does_not_load_starts_nothing(home: Path, tmp_path: Path) -> None:
+    """session start checks the profile's policy first: a missing policy is bad input and no session is made."""
+    empty = tmp_path / "no-policies"
+    empty.mkdir()
+    done = _executor(home, "session", "start", extra_env={"EXECUTOR_GATE__POLICY_DIR": str(empty)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "polic" in _json(done)["error"]
+    assert not (home / "sessions").exists() or not any((home / "sessions").glob("s-*/journal.ndjson"))
 
 
 def test_unreachable_engine_exits_125_with_how_to(home: Path, tmp_path: Path) -> None:

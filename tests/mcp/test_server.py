@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from executor.cli.main import app
 from executor.errors import ConfigError
 from executor.mcp.server import McpSurface, open_surface, owner_for_token, serve_http_app
-from tests.mcp._fake import FakeExecutor, FakeSession
+from executor.testing import FakeExecutor, FakeSession
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,0 +1,237 @@
+"""The session API, defined once: the result models every surface returns and the typed contracts every surface uses.
+
+:class:`SessionAPI` and :class:`ExecutorAPI` are what the MCP server, the CLI and any fake
+(:mod:`executor.testing`) are typed against; :class:`~executor.session.Session` and
+:class:`~executor.session.Executor` implement them (mypy checks it), so a drifted signature is a type error, and a
+test compares the defaults. Nothing here does IO.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Final, Literal, Protocol, TypeAlias
+
+from pydantic import BaseModel, ConfigDict
+
+from executor.gate.approvals import ApprovalHandler
+from executor.models import RunResult
+from executor.sandbox.base import SessionInfo
+
+__all__ = [
+    "USE_DEFAULT",
+    "ExecutorAPI",
+    "FocusMode",
+    "HandlerChoice",
+    "Outcome",
+    "SessionAPI",
+    "TaskInfo",
+    "ToolResult",
+]
+
+Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
+"""How a tool call ended, from the caller's point of view.
+
+``completed``: it ran and exited 0 (or the write/read succeeded); ``failed``: it ran and exited nonzero, was killed
+by a signal we did not send, or by the OOM killer; ``timeout``/``cancelled``: we killed its process group;
+``blocked``: it needs an approval nobody can give; ``denied``: policy, judge or a person said no, or the approval
+was invalidated; ``error``: the executor or the sandbox failed (``sandbox_lost``, a refused write);
+``unresponsive``: the agent did not answer within the host's own bound (the session is now unhealthy)."""
+
+FocusMode = Literal["off", "shadow", "on"]
+"""Focus rollout mode (see ``FocusSettings.mode``)."""
+
+
+class _Default(enum.Enum):
+    USE_DEFAULT = "the executor's approval handler"
+
+
+USE_DEFAULT: Final = _Default.USE_DEFAULT
+"""Sentinel for "the executor's approval handler" (distinct from None: nobody answers)."""
+
+HandlerChoice: TypeAlias = ApprovalHandler | Literal[_Default.USE_DEFAULT] | None
+"""Who answers an approval for one call: a handler, :data:`USE_DEFAULT` (the executor's), or None (nobody)."""
+
+
+class ToolResult(BaseModel):
+    """What one tool call returns: the presented text plus the structured facts behind it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    tool: Literal["bash", "write_file", "read_output", "search_output", "task_start", "task_read"]
+    """Which tool produced it (the MCP tool's name)."""
+    outcome: Outcome
+    """How the call ended."""
+    text: str
+    """The exact, bounded, sanitized view presented to the model."""
+    action_id: str | None = None
+    """The gated action's id (bash, write_file and task starts)."""
+    artifact_id: str | None = None
+    """The artifact holding every captured stream whole (recover with read_output / search_output)."""
+    run: RunResult | None = None
+    """Exit code, cause, duration, CPU, max RSS and orphans of a bash run."""
+    exit_code: int | None = None
+    """The command's shell-style status (128+N for signal N), when it ran."""
+    task_id: str | None = None
+    """The background task started or read (task_start, task_read)."""
+    stdout: str | None = None
+    """The command's raw stdout (bash) or the task chunk's bytes (task_read), as UTF-8 with invalid bytes replaced,
+    not sanitized, cut at the display budget (``artifacts.display_max_chars``); None when the tool ran no command."""
+    stdout_complete: bool | None = None
+    """``stdout`` is the whole stream; False: it was cut here (or by the capture cap): read the artifact for more."""
+    stderr: str | None = None
+    """The command's raw stderr, like ``stdout``."""
+    stderr_complete: bool | None = None
+    """``stderr`` is the whole stream."""
+    data: dict[str, object] | None = None
+    """Tool-specific structured data (write result, page receipts, task chunk)."""
+
+
+class TaskInfo(BaseModel):
+    """A background task as the executor tracks it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    task_id: str
+    """Identifier given by the session's agent."""
+    command: str
+    """The command it runs."""
+    running: bool
+    """Still running."""
+    owner: str | None = None
+    """The opaque owner token given at start (never interpreted by the executor)."""
+    artifact_id: str | None = None
+    """Artifact whose streams mirror the task's output (grows while the task runs)."""
+    result: RunResult | None = None
+    """How it ended, once it has."""
+
+
+class SessionAPI(Protocol):
+    """One session: its tools and its background tasks (see :class:`~executor.session.Session` for the contract)."""
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        ...
+
+    @property
+    def name(self) -> str | None:
+        """The session's name, if it was given one."""
+        ...
+
+    @property
+    def owner(self) -> str | None:
+        """The owner token the session was opened with."""
+        ...
+
+    async def bash(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_ms: int | None = None,
+        focus_mode: FocusMode | None = None,
+        intent: str | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ToolResult:
+        """Run one gated, captured ``bash -c`` command."""
+        ...
+
+    async def write_file(
+        self, path: str, content: bytes | str, *, approval_handler: HandlerChoice = USE_DEFAULT
+    ) -> ToolResult:
+        """Create or replace a file, gated on the exact path and content."""
+        ...
+
+    async def read_output(
+        self,
+        artifact_id: str,
+        *,
+        stream: str | None = None,
+        start_line: int = 1,
+        line_count: int | None = None,
+        start_byte_in_line: int | None = None,
+    ) -> ToolResult:
+        """One page of a stored stream (``line_count`` None: the configured page)."""
+        ...
+
+    async def search_output(
+        self, artifact_id: str, *, pattern: str, stream: str | None = None, limit: int = 20, start_line: int = 1
+    ) -> ToolResult:
+        """Search a stored stream line by line."""
+        ...
+
+    async def start_task(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        owner: str | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ToolResult:
+        """Start a gated background task and return at once."""
+        ...
+
+    async def read_task(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: int = 0,
+        max_bytes: int = 65_536,
+        owner: str | None = None,
+    ) -> ToolResult:
+        """Read a background task's stream from a byte offset."""
+        ...
+
+    async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:
+        """Kill a background task's process group."""
+        ...
+
+    async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
+        """The session's background tasks."""
+        ...
+
+    def owner_of(self, task_id: str) -> str | None:
+        """The opaque owner token stored with a task."""
+        ...
+
+
+class ExecutorAPI(Protocol):
+    """The executor: sessions opened, attached, listed and stopped (see :class:`~executor.session.Executor`)."""
+
+    def open_session(
+        self,
+        *,
+        profile: str | None = None,
+        image: str | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        keep: bool = False,
+    ) -> AbstractAsyncContextManager[SessionAPI]:
+        """Start a new session; leaving removes it (unless ``keep``)."""
+        ...
+
+    def attach_session(
+        self,
+        id_or_name: str,
+        *,
+        owner: str | None = None,
+        create: bool = False,
+        profile: str | None = None,
+        image: str | None = None,
+    ) -> AbstractAsyncContextManager[SessionAPI]:
+        """Connect to an existing session (left running); with ``create``, start a named one if missing."""
+        ...
+
+    async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:
+        """This home's sessions (every home's with ``all_homes``; only ``owner``'s when given)."""
+        ...
+
+    async def stop_session(self, id_or_name: str, *, owner: str | None = None, all_homes: bool = False) -> None:
+        """Kill everything a session started and remove it."""
+        ...

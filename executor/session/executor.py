@@ -1,0 +1,358 @@
+"""The :class:`Executor`: a backend, an artifact store, a judge and the approval handler, shared by sessions.
+
+:func:`open_executor` opens one; :meth:`Executor.open_session` starts a session container (removed on exit) and
+:meth:`Executor.attach_session` connects to a running one (left running).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
+from typing import Final, TypeVar
+
+import trio
+
+from executor.artifacts import ArtifactStore
+from executor.artifacts.hints import Surface
+from executor.config import Profile, Settings
+from executor.errors import ConfigError, SandboxError, SessionNotFound
+from executor.gate.approvals import ApprovalHandler
+from executor.gate.cache import AnswerCache
+from executor.gate.gate import DEFAULT_CACHE, Gate
+from executor.gate.judge import Judge, open_judge
+from executor.gate.policy import Policy, load_profile_policy
+from executor.journal import JournalWriter, interruption_journaler, load_journal_key
+from executor.journal.events import SessionClosed, SessionOpened
+from executor.sandbox.agent.client import open_agent_client
+from executor.sandbox.base import Backend, SessionInfo, open_backend
+from executor.session.gating import Gatekeeper, owner_matches
+from executor.session.output import OutputTools
+from executor.session.presentation import Views
+from executor.session.tools import Session
+
+__all__ = ["Executor", "open_executor", "open_output_reader"]
+
+_CLEANUP_BUDGET_S: Final = 10.0
+_T = TypeVar("_T")
+
+
+class _SoleErrors:
+    """Errors leave the API as themselves: a group of exactly one error (a nursery's strict wrapping) is unwrapped.
+
+    ``thrown`` is the caller's own exception, thrown into the ``async with`` block: unwrapping stops there, so a
+    caller's own exception group is left as it was. A group of several errors propagates unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.thrown: BaseException | None = None
+
+    def __enter__(self) -> _SoleErrors:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if not isinstance(exc, BaseExceptionGroup):
+            return
+        leaf: BaseException = exc
+        while isinstance(leaf, BaseExceptionGroup) and leaf is not self.thrown and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if leaf is exc or (isinstance(leaf, BaseExceptionGroup) and leaf is not self.thrown):
+            return
+        context = leaf.__context__
+        try:
+            raise leaf
+        finally:
+            # Raising inside this handler would chain the group as the leaf's context; keep the leaf's own.
+            leaf.__context__ = context
+            del leaf, exc, context
+
+
+@asynccontextmanager
+async def _sole_errors_around(manager: AbstractAsyncContextManager[_T]) -> AsyncIterator[_T]:
+    with _SoleErrors() as errors:
+        async with manager as value:
+            try:
+                yield value
+            except BaseException as exc:
+                errors.thrown = exc
+                raise
+
+
+class Executor:
+    """The executor: a backend, an artifact store, a gate and the approval handler, shared by sessions."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        backend: Backend,
+        store: ArtifactStore,
+        judge: Judge | None,
+        cache: AnswerCache | None,
+        approval_handler: ApprovalHandler | None,
+        surface: Surface = "python",
+    ) -> None:
+        self.settings = settings
+        self.surface: Surface = surface
+        """Who reads this executor's results (the recovery hints are written in its words)."""
+        self.backend = backend
+        self.store = store
+        self.judge = judge
+        self.cache = cache
+        self.approval_handler = approval_handler
+
+    def _profile(self, name: str | None, image: str | None) -> tuple[str, Profile]:
+        profile_name = name or self.settings.default_profile
+        profile = self.settings.profile(profile_name)
+        if image:
+            profile = profile.model_copy(update={"image": image})
+        return profile_name, profile
+
+    @asynccontextmanager
+    async def open_session(
+        self,
+        *,
+        profile: str | None = None,
+        image: str | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        keep: bool = False,
+    ) -> AsyncIterator[Session]:
+        """Start a new session container and yield its :class:`Session`; on exit everything the session started is
+        killed and the container and its workspace are removed (unless ``keep``).
+
+        Raises:
+            ConfigError: unknown profile or an unloadable policy.
+            ImageError, AgentError, EngineUnavailable, EngineError: the session could not start.
+        """
+        profile_name, chosen = self._profile(profile, image)
+        policy = load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
+        info = await self.backend.open_session(profile=chosen, profile_name=profile_name, name=name, owner=owner)
+        try:
+            async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
+                yield session
+        finally:
+            if not keep:
+                with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
+                    await self.backend.stop_session(info.id)
+
+    @asynccontextmanager
+    async def attach_session(
+        self,
+        id_or_name: str,
+        *,
+        owner: str | None = None,
+        create: bool = False,
+        profile: str | None = None,
+        image: str | None = None,
+    ) -> AsyncIterator[Session]:
+        """Connect to an existing session (left running on exit); with ``create``, start a named one if missing, or
+        recreate the container of a stopped named session on its kept workspace.
+
+        Raises:
+            SessionNotFound: no such session, it is not running, or it belongs to another owner.
+            SessionUnhealthy: the session was found unresponsive earlier; stop it first.
+        """
+        policy: Policy | None = None
+        try:
+            info = await self.backend.find_session(id_or_name)
+            if create and info.name == id_or_name and info.state in ("exited", "dead"):
+                raise SessionNotFound(id_or_name)  # recreated below, on its kept workspace
+        except SessionNotFound:
+            if not create:
+                raise
+            profile_name, chosen = self._profile(profile, image)
+            policy = load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
+            info = await self.backend.open_session(
+                profile=chosen, profile_name=profile_name, name=id_or_name, owner=owner
+            )
+        if not owner_matches(info.owner, owner):
+            raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
+        try:
+            chosen = self.settings.profile(info.profile)
+        except ConfigError:
+            chosen = self.settings.profile()
+        if policy is None:
+            policy = load_profile_policy(self.settings.gate, chosen)
+        async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
+            yield session
+
+    async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:
+        """This home's sessions (every home's with ``all_homes``; only ``owner``'s when given)."""
+        return await self.backend.list_sessions(owner=owner, all_homes=all_homes)
+
+    async def stop_session(self, id_or_name: str, *, owner: str | None = None, all_homes: bool = False) -> None:
+        """Kill everything a session started and remove its container and workspace.
+
+        Raises:
+            SessionNotFound: no such session (in this home, unless ``all_homes``), or another owner's.
+        """
+        info = await self.backend.find_session(id_or_name, all_homes=all_homes)
+        if not owner_matches(info.owner, owner):
+            raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
+        await self.backend.stop_session(info.id)
+
+    @asynccontextmanager
+    async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
+        gate = Gate(self.settings.gate, policy=policy, judge=self.judge, cache=self.cache)
+        stream = await self.backend.connect(info.id)
+        journal = JournalWriter(
+            self.settings.home / "sessions" / info.id / "journal.ndjson",
+            session_id=info.id,
+            settings=self.settings.journal,
+            key=load_journal_key(self.settings.home, create=True),
+        )
+        async with open_agent_client(
+            stream,
+            max_frame=self.settings.agent.max_frame_bytes,
+            handshake_timeout_s=self.settings.agent.connect_timeout_s,
+            host_margin_s=self.settings.agent.host_margin_s,
+            kill_grace_ms=self.settings.bash.grace_ms,
+            on_unhealthy=functools.partial(self.backend.mark_unhealthy, info.id),
+        ) as client:
+            with journal:
+                journal.emit(SessionOpened(profile=info.profile, trust=self.settings.gate.trust, policy=profile.policy))
+                reason = "closed"
+                try:
+                    async with trio.open_nursery() as nursery:
+                        session = Session(
+                            info,
+                            profile,
+                            settings=self.settings,
+                            artifacts=self.store.session(info.id),
+                            client=client,
+                            journal=journal,
+                            gate=gate,
+                            nursery=nursery,
+                            approval_handler=self.approval_handler,
+                            surface=self.surface,
+                        )
+                        try:
+                            yield session
+                        finally:
+                            nursery.cancel_scope.cancel()
+                except BaseException as exc:
+                    reason = f"error: {type(exc).__name__}"
+                    raise
+                finally:
+                    journal.emit(SessionClosed(reason=reason))
+
+
+@asynccontextmanager
+async def open_executor(
+    settings: Settings,
+    *,
+    approval_handler: ApprovalHandler | None = None,
+    judge: Judge | None = None,
+    answer_cache: AnswerCache | object | None = DEFAULT_CACHE,
+    api_key: str | None = None,
+    surface: Surface = "python",
+) -> AsyncIterator[Executor]:
+    """Open the executor: the engine backend, the artifact store, the judge and the shared answer cache.
+
+    Args:
+        settings: the one settings object (built by the entry point).
+        approval_handler: who answers the gate's asks by default; None means nobody (asks come back blocked).
+        judge: a judge to use instead of the configured provider.
+        answer_cache: the shared exact-answer cache; the default builds one from ``gate.cache``; None disables it.
+        api_key: the key for the ``openai`` judge provider (the entry point reads it from the environment).
+        surface: who reads the results: ``python`` (this API), ``mcp`` or ``cli``; recovery hints are written as
+            calls in its words.
+
+    Raises:
+        EngineUnavailable: no Docker engine answers; the message says how to start one.
+    """
+    opened = _open_executor(
+        settings,
+        approval_handler=approval_handler,
+        judge=judge,
+        answer_cache=answer_cache,
+        api_key=api_key,
+        surface=surface,
+    )
+    async with _sole_errors_around(opened) as executor:
+        yield executor
+
+
+@asynccontextmanager
+async def _open_executor(
+    settings: Settings,
+    *,
+    approval_handler: ApprovalHandler | None,
+    judge: Judge | None,
+    answer_cache: AnswerCache | object | None,
+    api_key: str | None,
+    surface: Surface,
+) -> AsyncIterator[Executor]:
+    cache = AnswerCache.from_settings(settings.gate.cache) if answer_cache is DEFAULT_CACHE else answer_cache
+    assert cache is None or isinstance(cache, AnswerCache)
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    async with open_backend(settings) as backend:
+        if settings.docker.gc_on_start:
+            # Best effort: leftovers of killed runs are reaped here, and a failure is `executor session gc`'s to report.
+            with trio.move_on_after(settings.docker.api_timeout_s):
+                with suppress(SandboxError):
+                    await backend.gc()
+        store = ArtifactStore.open(
+            settings.home, settings.artifacts, on_interrupted=interruption_journaler(settings.home, settings.journal)
+        )
+        try:
+            if judge is not None:
+                yield Executor(settings, backend, store, judge, cache, approval_handler, surface)
+            else:
+                async with open_judge(settings.gate.judge, api_key=api_key) as configured:
+                    yield Executor(settings, backend, store, configured, cache, approval_handler, surface)
+        finally:
+            store.close()
+
+
+@asynccontextmanager
+async def open_output_reader(
+    settings: Settings,
+    session_id: str,
+    *,
+    judge: Judge | None = None,
+    api_key: str | None = None,
+    surface: Surface = "python",
+) -> AsyncIterator[OutputTools]:
+    """``read_output``/``search_output`` on a session's stored streams without its container (it may be gone).
+
+    Pages are rendered, sanitized (the judge's ``sanitize`` reflex under the default profile's policy) and the
+    judgment is journaled in the session's journal, exactly as the session's own tools do. No engine is needed.
+
+    Raises:
+        SessionNotFound: ``session_id`` is not a session id.
+        ConfigError: the default profile's policy cannot be loaded.
+        ArtifactError: the artifact index cannot be opened.
+    """
+    profile = settings.profile()
+    policy = load_profile_policy(settings.gate, profile)
+    store = ArtifactStore.open(
+        settings.home, settings.artifacts, on_interrupted=interruption_journaler(settings.home, settings.journal)
+    )
+    try:
+        artifacts = store.session(session_id)
+        journal = JournalWriter(
+            settings.home / "sessions" / session_id / "journal.ndjson", session_id=session_id, settings=settings.journal
+        )
+        async with AsyncExitStack() as stack:
+            chosen = (
+                judge
+                if judge is not None
+                else await stack.enter_async_context(open_judge(settings.gate.judge, api_key=api_key))
+            )
+            # A session with no folder stores nothing: every read fails before a judgment is journaled, and no
+            # journal is created for an id that never ran.
+            if journal.path.parent.is_dir():
+                stack.enter_context(journal)
+            gate = Gate(
+                settings.gate, policy=policy, judge=chosen, cache=AnswerCache.from_settings(settings.gate.cache)
+            )
+            gatekeeper = Gatekeeper(
+                session_id=session_id, profile=profile, gate=gate, journal=journal, artifacts=artifacts
+            )
+            views = Views(
+                session_id=session_id, settings=settings, artifacts=artifacts, gatekeeper=gatekeeper, surface=surface
+            )
+            yield OutputTools(artifacts=artifacts, views=views)
+    finally:
+        store.close()

@@ -1,0 +1,225 @@
+"""Gating and journaling: every action is prepared, judged and (if asked) approved, and its execution is bracketed.
+
+:class:`Gatekeeper` owns a session's gate and journal. :meth:`Gatekeeper.gate_action` runs static policy, the judge
+and the approval step and journals each decision; :meth:`Gatekeeper.execution` is the one capture/journal bracket
+that every executed action (``bash``, ``write_file``) runs inside, so that its artifact and its
+``ExecutionStarted``/``ExecutionFinished`` pair are recorded whatever happens, cancellation included.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+from executor.artifacts import ArtifactRecord, Capture, SessionArtifacts
+from executor.config import Profile
+from executor.errors import ActionDenied, ApprovalInvalidated, ApprovalRequired
+from executor.gate.approvals import ApprovalHandler, request_approval
+from executor.gate.gate import Gate, GateOutcome
+from executor.journal import JournalWriter
+from executor.journal.events import (
+    ActionPrepared,
+    ApprovalRequested,
+    ApprovalResolved,
+    DecisionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    JudgmentEvent,
+    RuleMatch,
+    StaticVerdict,
+)
+from executor.models import BashAction, Cause, JudgmentRecord, JudgmentRequest, WriteAction
+from executor.session.api import Outcome
+
+__all__ = ["Execution", "Gatekeeper", "Refusal", "owner_matches"]
+
+
+def owner_matches(expected: str | None, given: str | None) -> bool:
+    """Whether ``given`` may act for a resource owned by ``expected`` (None: unowned; compared in constant time)."""
+    if expected is None:
+        return True
+    return given is not None and secrets.compare_digest(expected, given)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The gate said no (or nobody could say yes): the outcome and the raw text to present (not yet sanitized)."""
+
+    outcome: Outcome
+    text: str
+
+
+@dataclass
+class Execution:
+    """One executed action inside :meth:`Gatekeeper.execution`: its capture, and how to record its end."""
+
+    action_id: str
+    capture: Capture
+    journal: JournalWriter
+    started: float = field(default_factory=time.monotonic)
+    record: ArtifactRecord | None = None
+
+    def elapsed_ms(self) -> float:
+        """Wall time since the execution started."""
+        return (time.monotonic() - self.started) * 1000
+
+    def finish(
+        self,
+        *,
+        status: str,
+        cause: Cause | None = None,
+        exit_code: int | None = None,
+        duration_ms: float | None = None,
+    ) -> ArtifactRecord:
+        """Close the capture with ``status`` and journal ``ExecutionFinished`` (synchronous: no checkpoint)."""
+        record = self.capture.finish(status=status)
+        self.record = record
+        self.journal.emit(
+            ExecutionFinished(
+                action_id=self.action_id,
+                cause=cause,
+                exit_code=exit_code,
+                duration_ms=self.elapsed_ms() if duration_ms is None else duration_ms,
+                artifact_ids=(record.id,),
+            )
+        )
+        return record
+
+
+class Gatekeeper:
+    """A session's gate and journal: action ids, the gating decision, judgments and the execution bracket."""
+
+    def __init__(
+        self, *, session_id: str, profile: Profile, gate: Gate, journal: JournalWriter, artifacts: SessionArtifacts
+    ) -> None:
+        self.session_id = session_id
+        self.profile = profile
+        self.gate = gate
+        self.journal = journal
+        self.artifacts = artifacts
+        self._action_seq = 0
+
+    def new_action_id(self) -> str:
+        """A fresh action id, stamped with the session id."""
+        self._action_seq += 1
+        return f"{self.session_id}.x{int(time.time() * 1000):x}{self._action_seq}"
+
+    def journal_judgment(
+        self, record: JudgmentRecord, request: JudgmentRequest, *, action_id: str | None, artifact_id: str | None
+    ) -> None:
+        """Journal one judgment with the material it was asked about."""
+        material = json.loads(json.dumps(request.material, default=str))
+        self.journal.emit(
+            JudgmentEvent(**record.model_dump(), action_id=action_id, artifact_id=artifact_id, material=material)
+        )
+
+    async def run_judgment(
+        self, request: JudgmentRequest, *, action_id: str | None = None, artifact_id: str | None = None
+    ) -> JudgmentRecord:
+        """Ask the judge (through the gate's cache); journal the answer when it concerns an action or artifact."""
+        record = await self.gate.run_judgment(request)
+        if action_id is not None or artifact_id is not None:
+            self.journal_judgment(record, request, action_id=action_id, artifact_id=artifact_id)
+        return record
+
+    async def gate_action(
+        self,
+        action_id: str,
+        action: BashAction | WriteAction,
+        handler: ApprovalHandler | None,
+        *,
+        current_identity: Callable[[], Awaitable[str]],
+    ) -> Refusal | None:
+        """Static policy, judgment, approval. None means: run it (approved once if it was asked about)."""
+        identity = action.identity()
+        journal = self.journal
+        journal.emit(ActionPrepared(action_id=action_id, identity_hash=identity, action=action))
+        outcome: GateOutcome = await self.gate.evaluate(action, session_id=self.session_id)
+        verdict = outcome.static_verdict
+        journal.emit(
+            StaticVerdict(
+                action_id=action_id,
+                policy=self.profile.policy,
+                policy_sha256=getattr(self.gate.policy, "sha256", None),
+                decision=verdict.decision,
+                matches=tuple(RuleMatch.model_validate(m.model_dump()) for m in verdict.matches),
+                static_only=outcome.static_only,
+            )
+        )
+        request = self.gate.request_for(action, session_id=self.session_id)
+        for record in outcome.judgments:
+            self.journal_judgment(record, request, action_id=action_id, artifact_id=None)
+        journal.emit(
+            DecisionEvent(
+                action_id=action_id,
+                decision=outcome.decision,
+                trust=outcome.trust,
+                judgment_ids=tuple(r.judgment_id for r in outcome.judgments),
+                static_only=outcome.static_only,
+            )
+        )
+        reasons = "\n".join(f"- {reason}" for reason in outcome.reasons)
+        if outcome.decision == "deny":
+            return Refusal(
+                "denied", f"[denied: nothing ran]\n{reasons}\nDo not retry this action; choose a different approach."
+            )
+        if outcome.decision == "allow":
+            return None
+        approval_id = f"ap-{secrets.token_hex(8)}"
+        journal.emit(
+            ApprovalRequested(action_id=action_id, approval_id=approval_id, identity_hash=identity, summary=reasons)
+        )
+        resolution: Literal["approved", "denied", "eof", "cancelled", "invalidated", "unavailable"] = "cancelled"
+        try:
+            approval = await request_approval(
+                action, handler, current_identity=current_identity, reasons=outcome.reasons
+            )
+            approval.consume(identity)
+            resolution = "approved"
+        except ApprovalRequired as exc:
+            resolution = "unavailable"
+            return Refusal("blocked", str(exc))
+        except ApprovalInvalidated as exc:
+            resolution = "invalidated"
+            return Refusal("denied", f"[{exc}]")
+        except ActionDenied as exc:
+            resolution = "eof" if "EOF" in str(exc) else "denied"
+            return Refusal("denied", f"[{exc}]")
+        finally:
+            journal.emit(ApprovalResolved(approval_id=approval_id, outcome=resolution))
+        return None
+
+    @contextmanager
+    def execution(
+        self,
+        action_id: str,
+        *,
+        kind: str,
+        streams: tuple[str, ...],
+        on_abort: tuple[str, bytes] | None = None,
+    ) -> Iterator[Execution]:
+        """The capture/journal bracket of one executed action.
+
+        Begins the action's artifact and journals ``ExecutionStarted``; the body calls :meth:`Execution.finish`.
+        If the body raises (cancellation included) before finishing, the capture is closed as ``cancelled`` (after
+        ``on_abort``'s bytes are fed to its stream), ``ExecutionFinished`` is journaled with cause ``cancelled``,
+        and the error propagates. All of this is synchronous, so cancellation cannot interrupt the bookkeeping.
+        """
+        capture = self.artifacts.begin(kind=kind, streams=streams, meta={"action_id": action_id})
+        self.journal.emit(ExecutionStarted(action_id=action_id))
+        execution = Execution(action_id=action_id, capture=capture, journal=self.journal)
+        try:
+            yield execution
+        except BaseException:
+            if execution.record is None:
+                if on_abort is not None:
+                    capture.feed(*on_abort)
+                execution.finish(status="cancelled", cause="cancelled")
+            raise
+        if execution.record is None:
+            raise AssertionError(f"execution of {action_id} ended without a recorded finish")

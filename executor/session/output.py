@@ -1,0 +1,72 @@
+"""Output recovery: ``read_output`` and ``search_output``, the same for a live session and without one.
+
+Artifacts live on the host, so a stored stream can be read after its session's container is gone (the CLI's
+``executor output read|search``). Either way a page is rendered with the reader's hints, sanitized through the
+judge's ``sanitize`` reflex (failing closed to the deterministic detector) and the judgment is journaled in the
+artifact's session journal: one path for every surface.
+"""
+
+from __future__ import annotations
+
+from executor.artifacts import SessionArtifacts
+from executor.session.api import ToolResult
+from executor.session.presentation import Views
+
+__all__ = ["OutputTools"]
+
+
+class OutputTools:
+    """The recovery tools over one session's artifacts."""
+
+    def __init__(self, *, artifacts: SessionArtifacts, views: Views) -> None:
+        self._artifacts = artifacts
+        self._views = views
+
+    async def read_output(
+        self,
+        artifact_id: str,
+        *,
+        stream: str | None = None,
+        start_line: int = 1,
+        line_count: int | None = None,
+        start_byte_in_line: int | None = None,
+    ) -> ToolResult:
+        """See :meth:`executor.session.Session.read_output`."""
+        page = self._artifacts.read_output(
+            artifact_id,
+            stream=stream,
+            start_line=start_line,
+            line_count=line_count,
+            start_byte_in_line=start_byte_in_line,
+        )
+        text = await self._views.sanitize(self._views.read_page(page), artifact_id=artifact_id)
+        return ToolResult(
+            tool="read_output",
+            outcome="completed",
+            text=text,
+            artifact_id=artifact_id,
+            # The receipts only: the page's bytes are shown (sanitized) in ``text``, never raw in the data.
+            data=page.model_dump(mode="json", exclude={"text", "data"}),
+        )
+
+    async def search_output(
+        self,
+        artifact_id: str,
+        *,
+        pattern: str,
+        stream: str | None = None,
+        limit: int = 20,
+        start_line: int = 1,
+    ) -> ToolResult:
+        """See :meth:`executor.session.Session.search_output`."""
+        page = await self._artifacts.search_output(
+            artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
+        )
+        text = await self._views.sanitize(self._views.search_page(page), artifact_id=artifact_id)
+        return ToolResult(
+            tool="search_output",
+            outcome="completed",
+            text=text,
+            artifact_id=artifact_id,
+            data=page.model_dump(mode="json", exclude={"matches": {"__all__": {"text"}}}),
+        )

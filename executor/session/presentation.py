@@ -1,0 +1,244 @@
+"""Presentation: the bounded, focused and sanitized text a result shows, and the words around a run's view.
+
+:class:`Views` turns a session's stored artifacts into what the model sees (``present_run``) and cleans every text
+a result carries (``sanitize``: the judge's ``sanitize`` reflex, failing closed to the deterministic detector). The
+module-level functions are pure: a run's header, its orphans note and its outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from executor.artifacts import ReadPage, SearchPage, SessionArtifacts
+from executor.artifacts.hints import Surface, hints_for
+from executor.artifacts.view import bounded_view, render_read_page, render_search_page
+from executor.config import Profile, Settings
+from executor.errors import ExecutorError
+from executor.focus import (
+    apply_focus,
+    build_focus_request,
+    build_sanitize_request,
+    flagged_lines,
+    instruction_lines,
+    present_focused,
+    sanitize,
+    split_sections,
+)
+from executor.journal.events import FocusDecision, SectionManifest
+from executor.models import RunResult
+from executor.session.api import FocusMode, Outcome
+from executor.session.gating import Gatekeeper
+
+__all__ = ["Views", "orphans_note", "outcome_of", "run_header"]
+
+_RAW_MAX_LINES: Final = 100_000
+"""Most lines of a raw stream a result carries (the display budget usually binds first)."""
+
+
+def outcome_of(result: RunResult) -> Outcome:
+    """How a finished run ended, from the caller's point of view."""
+    if result.cause == "exited":
+        return "completed" if result.exit_code == 0 else "failed"
+    if result.cause in ("signaled", "oom"):
+        return "failed"
+    if result.cause == "timeout":
+        return "timeout"
+    if result.cause == "cancelled":
+        return "cancelled"
+    if result.cause == "unresponsive":
+        return "unresponsive"
+    return "error"
+
+
+def run_header(result: RunResult, spec_timeout_ms: int | None, grace_ms: int) -> str:
+    """The one-line header above a run's view: how it ended and after how long."""
+    seconds = f"{result.duration_ms / 1000:.2f}s"
+    if result.cause == "exited":
+        head = f"[exit {result.exit_code} after {seconds}]"
+    elif result.cause == "signaled":
+        head = f"[killed by signal {result.signal} after {seconds}]"
+    elif result.cause == "oom":
+        head = f"[killed by the out-of-memory killer after {seconds}: the session's memory limit was reached]"
+    elif result.cause == "timeout":
+        head = (
+            f"[timed out after {spec_timeout_ms} ms: the whole process group got SIGTERM, then SIGKILL after "
+            f"{grace_ms} ms; partial output is kept]"
+        )
+    elif result.cause == "cancelled":
+        head = f"[cancelled after {seconds}: the whole process group was killed; partial output is kept]"
+    elif result.cause == "unresponsive":
+        head = (
+            f"[sandbox unresponsive: no answer from the agent after {seconds} (past the deadline + grace + drain + "
+            "agent.host_margin_s); the container may be paused or frozen; partial output is kept; the session is "
+            "unhealthy: stop it and start a new one]"
+        )
+    else:
+        head = "[sandbox lost: the session's container or its agent went away; the result is not a success]"
+    return head
+
+
+def limits_note(result: RunResult, profile: Profile) -> str:
+    """Name the container limit a run ran into (pids, or memory held by tmpfs files), or nothing."""
+    notes = []
+    if result.pids_limit_hits:
+        notes.append(
+            f"[the session's pids limit (pids={profile.pids}) refused {result.pids_limit_hits} fork(s) during this "
+            "run (EAGAIN: 'Resource temporarily unavailable'): processes could not start; end what still runs]"
+        )
+    if result.cause == "oom" and result.tmpfs_bytes:
+        notes.append(
+            f"[the memory limit ({profile.memory // 2**20} MiB) was reached; tmpfs files (/tmp, the home, /dev/shm) "
+            f"held {result.tmpfs_bytes / 2**20:.1f} MiB of it and still do: delete them to free that memory]"
+        )
+    return "\n".join(notes)
+
+
+def orphans_note(result: RunResult) -> str:
+    """What the command left running, and what happened to each (empty when nothing was left)."""
+    if not result.orphans_left:
+        return ""
+    killed = {proc.pid for proc in result.orphans_killed}
+    lines = [f"[{len(result.orphans_left)} process(es) left running by the command:"]
+    for proc in result.orphans_left:
+        fate = "killed" if proc.pid in killed else "kept (orphans = keep)"
+        lines.append(f"  pid {proc.pid}: {proc.cmd[:200]} ({fate})")
+    return "\n".join(lines) + "]"
+
+
+class Views:
+    """A session's presentation: focused or bounded views of its artifacts, and sanitizing of every text shown."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        settings: Settings,
+        artifacts: SessionArtifacts,
+        gatekeeper: Gatekeeper,
+        surface: Surface,
+    ) -> None:
+        self.session_id = session_id
+        self.hints = hints_for(surface)
+        """The recovery calls in the words of the surface that reads this session's results."""
+        self._settings = settings
+        self._artifacts = artifacts
+        self._gatekeeper = gatekeeper
+
+    async def sanitize(self, text: str, *, action_id: str | None = None, artifact_id: str | None = None) -> str:
+        """Judge (reflex ``sanitize``) and clean the exact text the model will see."""
+        request = build_sanitize_request(text, self.session_id)
+        record = await self._gatekeeper.run_judgment(request, action_id=action_id, artifact_id=artifact_id)
+        if record.error is None:
+            try:
+                flagged = flagged_lines(record.answers, view_text=text)
+            except ExecutorError:
+                flagged = instruction_lines(text)
+        else:
+            # A failed judgment fails closed: the deterministic detector marks what it can.
+            flagged = instruction_lines(text)
+        return sanitize(text, redact_credentials=self._settings.focus.redact_credentials, flagged_lines=flagged).text
+
+    def bounded(self, artifact_id: str) -> str:
+        """The bounded (head and tail) view of an artifact."""
+        return bounded_view(self._artifacts, artifact_id, hints=self.hints)
+
+    def raw_stream(self, artifact_id: str, stream: str) -> tuple[str, bool]:
+        """A stream's raw text, cut at the display budget, and whether that is the whole stream."""
+        page = self._artifacts.read_output(
+            artifact_id,
+            stream=stream,
+            start_line=1,
+            line_count=_RAW_MAX_LINES,
+            budget_chars=self._settings.artifacts.display_max_chars,
+        )
+        return page.data.decode("utf-8", "replace"), page.complete
+
+    def read_page(self, page: ReadPage) -> str:
+        """A ``read_output`` page as text (raw; the caller sanitizes it)."""
+        return render_read_page(page, hints=self.hints)
+
+    def search_page(self, page: SearchPage) -> str:
+        """A ``search_output`` page as text (raw; the caller sanitizes it)."""
+        return render_search_page(page, hints=self.hints)
+
+    def _stream_text(self, artifact_id: str, stream: str) -> str:
+        parts: list[str] = []
+        line = 1
+        budget = self._settings.artifacts.capture_max_bytes * 4 + 1024
+        while True:
+            page = self._artifacts.read_output(
+                artifact_id, stream=stream, start_line=line, line_count=100_000, budget_chars=budget
+            )
+            parts.append(page.text)
+            if page.next_start_line is None or page.next_start_byte_in_line is not None:
+                break
+            line = page.next_start_line
+        return "".join(parts)
+
+    async def present_run(self, artifact_id: str, *, command: str, mode: FocusMode, intent: str | None) -> str:
+        """The view of a finished run's artifact under ``mode`` (raw; the caller sanitizes it)."""
+        if mode == "off":
+            return self.bounded(artifact_id)
+        record = self._artifacts.record(artifact_id)
+        settings = self._settings
+        journal = self._gatekeeper.journal
+        focused: list[str] = []
+        fallback = False
+        for stream, info in record.streams.items():
+            if info.bytes_total == 0:
+                continue
+            if info.truncated:
+                journal.emit(
+                    FocusDecision(artifact_id=artifact_id, stream=stream, mode=mode, status="compute_or_retrieve")
+                )
+                fallback = True
+                continue
+            text = self._stream_text(artifact_id, stream)
+            manifest = split_sections(text, max_sections=settings.focus.max_sections)
+            request = build_focus_request(
+                manifest,
+                command=command,
+                intent=intent,
+                session_id=self.session_id,
+                head_lines=settings.artifacts.view_head_lines,
+                budget_chars=settings.artifacts.display_max_chars,
+            )
+            judgment = await self._gatekeeper.run_judgment(request, artifact_id=artifact_id)
+            status: Literal["select", "full", "compute_or_retrieve", "error"] = "error"
+            selected: tuple[str, ...] = ()
+            decision = None
+            if judgment.error is None:
+                try:
+                    decision = apply_focus(manifest, judgment.answers)
+                    status, selected = decision.status, decision.section_ids
+                except (ExecutorError, ValueError):
+                    decision = None
+            journal.emit(
+                FocusDecision(
+                    artifact_id=artifact_id,
+                    stream=stream,
+                    mode=mode,
+                    status=status,
+                    manifest_hash=manifest.manifest_hash,
+                    manifest=SectionManifest.of(manifest.sections),
+                    judgment_id=judgment.judgment_id,
+                    selected=selected,
+                )
+            )
+            if decision is not None and status == "select":
+                body = present_focused(
+                    text,
+                    manifest,
+                    decision,
+                    artifact_id=artifact_id,
+                    budget_chars=settings.artifacts.display_max_chars // max(1, len(record.streams)),
+                    recover=self.hints.read(artifact_id, stream=stream),
+                )
+                focused.append(f"[{stream}]\n{body}" if len(record.streams) > 1 else body)
+            elif status == "full" and len(text) <= settings.artifacts.display_max_chars // max(1, len(record.streams)):
+                focused.append(f"[{stream}]\n{text}" if len(record.streams) > 1 else text)
+            else:
+                fallback = True
+        if mode == "shadow" or fallback or not focused:
+            return self.bounded(artifact_id)
+        return "\n".join(focused)

@@ -1,0 +1,277 @@
+"""Background tasks: commands started without a deadline, their records, and the mirror of their streams.
+
+The session's agent runs a task and keeps a ring buffer of its output. :class:`BackgroundTasks` records who started
+it (the opaque owner token) and which artifact mirrors its streams, as rows of the artifact index that every process
+of the home shares (the CLI and a server never lose each other's records); it copies the streams into that artifact
+while the session object lives, and gives a task whose mirror ended with another process (a CLI call) one complete
+artifact once it has ended.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import suppress
+from pathlib import Path
+from typing import Final, Literal
+
+import trio
+
+from executor.artifacts import Capture, SessionArtifacts, TaskRecord
+from executor.errors import CommandRejected, SandboxLost, SessionUnhealthy, TaskNotFound
+from executor.journal import JournalWriter
+from executor.journal.events import ExecutionFinished, ExecutionStarted
+from executor.models import RunResult, RunSpec
+from executor.sandbox.agent.client import AgentClient
+from executor.session.api import TaskInfo, ToolResult
+from executor.session.gating import owner_matches
+from executor.session.presentation import Views
+
+__all__ = ["BackgroundTasks"]
+
+_TASK_POLL_S: Final = 0.05
+
+
+class BackgroundTasks:
+    """One session's background tasks (records under the session's state directory, mirrors in its nursery)."""
+
+    def __init__(
+        self,
+        *,
+        client: AgentClient,
+        artifacts: SessionArtifacts,
+        journal: JournalWriter,
+        views: Views,
+        nursery: trio.Nursery,
+        legacy_records: Path,
+        max_running: int,
+        display_max_chars: int,
+    ) -> None:
+        self._client = client
+        self._artifacts = artifacts
+        self._journal = journal
+        self._views = views
+        self._nursery = nursery
+        self._max_running = max_running
+        self._display_max_chars = display_max_chars
+        self._mirrors: set[str] = set()
+        self._import_legacy(legacy_records)
+
+    # -- records -----------------------------------------------------------------------------------------------
+
+    def _import_legacy(self, path: Path) -> None:
+        """Move records an earlier version kept in ``tasks.json`` into the index (once; the file is removed)."""
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            return  # unreadable: nothing to import
+        known = self._artifacts.tasks()
+        for key, value in raw.items() if isinstance(raw, dict) else ():
+            if key not in known:
+                with suppress(ValueError):
+                    self._artifacts.put_task(TaskRecord.model_validate(value))
+        path.unlink(missing_ok=True)
+
+    def _load_tasks(self) -> dict[str, TaskRecord]:
+        return self._artifacts.tasks()
+
+    def _task(self, task_id: str, owner: str | None) -> TaskRecord:
+        record = self._artifacts.task(task_id)
+        # The owner token is opaque: it is compared only when the caller (a surface's access policy) passes one.
+        if record is None or (owner is not None and not owner_matches(record.owner, owner)):
+            raise TaskNotFound(f"no background task {task_id!r} in this session; task_list shows yours")
+        return record
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def check_capacity(self) -> None:
+        """Refuse a new task when ``bash.max_background_tasks`` already run.
+
+        Raises:
+            CommandRejected: too many tasks already run.
+        """
+        running = [t for t in await self._client.list_tasks() if t.running]
+        if len(running) >= self._max_running:
+            raise CommandRejected(
+                f"{len(running)} background tasks already run (bash.max_background_tasks); stop one with task_stop"
+            )
+
+    async def start(self, spec: RunSpec, *, command: str, owner: str | None, action_id: str) -> ToolResult:
+        """Start the (already gated) run ``spec`` as a task, record it and mirror its streams."""
+        task_id = await self._client.start_task(spec)
+        self._journal.emit(ExecutionStarted(action_id=action_id))
+        capture = self._task_capture(task_id)
+        self._artifacts.put_task(
+            TaskRecord(
+                task_id=task_id, command=command, owner=owner, artifact_id=capture.artifact_id, action_id=action_id
+            )
+        )
+        self._mirrors.add(task_id)
+        self._nursery.start_soon(self._mirror, task_id, action_id, capture)
+        return ToolResult(
+            tool="task_start",
+            outcome="completed",
+            text=(
+                f"[started background task {task_id}; read its output with "
+                f"{self._views.hints.task_read(task_id, session_id=self._views.session_id)}; its streams are kept as "
+                f"artifact {capture.artifact_id}]"
+            ),
+            action_id=action_id,
+            artifact_id=capture.artifact_id,
+            task_id=task_id,
+            data={"task_id": task_id},
+        )
+
+    async def _mirror(self, task_id: str, action_id: str | None, capture: Capture) -> None:
+        """Copy a task's streams from the agent into its artifact until the task ends (or the session closes)."""
+        offsets = {"stdout": 0, "stderr": 0}
+        result: RunResult | None = None
+        try:
+            while True:
+                # Whether the task had ended is taken before this round's reads: an ended task has written
+                # everything, so reading both streams to their end then completes the mirror without a race.
+                ended_before_round: bool | None = None
+                for stream in ("stdout", "stderr"):
+                    while True:
+                        chunk = await self._client.read_task(task_id, stream, offsets[stream])
+                        if ended_before_round is None:
+                            ended_before_round = not chunk.running
+                        if chunk.data:
+                            capture.feed(stream, chunk.data)
+                        offsets[stream] = chunk.offset + len(chunk.data)
+                        result = chunk.result
+                        if offsets[stream] >= chunk.end:
+                            break
+                capture.flush()
+                if ended_before_round:
+                    break
+                await trio.sleep(_TASK_POLL_S)
+        except (SandboxLost, SessionUnhealthy):
+            pass  # the agent is gone or frozen: the mirror ends here and its artifact says "detached"
+        finally:
+            # Synchronous on purpose (no checkpoint): the mirror is closed even when the session is cancelled.
+            # A mirror cut short by the end of this process says so ("detached"); a later attach that finds the
+            # task ended gives it a complete artifact (see _settle_tasks).
+            capture.finish(status="ok" if result is not None else "detached")
+            if result is not None:
+                if action_id:
+                    self._journal.emit(
+                        ExecutionFinished(
+                            action_id=action_id,
+                            cause=result.cause,
+                            exit_code=result.exit_code,
+                            duration_ms=result.duration_ms,
+                            artifact_ids=(capture.artifact_id,),
+                        )
+                    )
+                self._artifacts.finish_task(task_id, artifact_id=capture.artifact_id)
+            self._mirrors.discard(task_id)
+
+    def _task_capture(self, task_id: str) -> Capture:
+        return self._artifacts.begin(kind="task", streams=("stdout", "stderr"), meta={"task_id": task_id})
+
+    async def _settle_tasks(self) -> None:
+        """Give each ended task whose mirror ended with another process (a CLI call) one complete artifact."""
+        records = self._load_tasks()
+        pending = [r for r in records.values() if not r.finished and r.task_id not in self._mirrors]
+        if not pending:
+            return
+        ended = {t.task_id for t in await self._client.list_tasks() if not t.running}
+        for record in pending:
+            if record.task_id in ended:
+                capture = self._task_capture(record.task_id)
+                self._mirrors.add(record.task_id)
+                await self._mirror(record.task_id, record.action_id, capture)
+
+    # -- the task tools ----------------------------------------------------------------------------------------
+
+    async def read_task(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"],
+        offset: int,
+        max_bytes: int,
+        owner: str | None,
+    ) -> ToolResult:
+        """See :meth:`executor.session.Session.read_task`."""
+        await self._settle_tasks()
+        record = self._task(task_id, owner)
+        chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
+        raw = chunk.data.decode("utf-8", "surrogateescape")
+        state = "running" if chunk.running else f"finished ({chunk.result.cause if chunk.result else 'unknown'})"
+        shown = f"bytes {chunk.offset}-{chunk.offset + len(chunk.data)} of {chunk.end}"
+        header = f"[task {task_id} {stream} {shown}; {state}"
+        if chunk.start > offset:
+            header += f"; bytes before {chunk.start} were dropped (agent buffer full)"
+        header += "]"
+        text = await self._views.sanitize(f"{header}\n{raw}" if raw else header, artifact_id=record.artifact_id)
+        # The raw chunk, cut at the display budget; "complete" only when it is the whole, ended stream.
+        plain = chunk.data.decode("utf-8", "replace")
+        shown = plain[: self._display_max_chars]
+        whole = chunk.start == 0 and chunk.offset == 0 and chunk.offset + len(chunk.data) >= chunk.end
+        complete = whole and not chunk.running and shown == plain
+        return ToolResult(
+            tool="task_read",
+            outcome="completed",
+            text=text,
+            artifact_id=record.artifact_id,
+            task_id=task_id,
+            run=chunk.result,
+            stdout=shown if stream == "stdout" else None,
+            stdout_complete=complete if stream == "stdout" else None,
+            stderr=shown if stream == "stderr" else None,
+            stderr_complete=complete if stream == "stderr" else None,
+            data={
+                "task_id": task_id,
+                "stream": stream,
+                "offset": chunk.offset,
+                "next_offset": chunk.offset + len(chunk.data),
+                "end": chunk.end,
+                "dropped": chunk.start,
+                "running": chunk.running,
+            },
+        )
+
+    async def stop_task(self, task_id: str, *, owner: str | None) -> TaskInfo:
+        """See :meth:`executor.session.Session.stop_task`."""
+        self._task(task_id, owner)
+        result = await self._client.stop_task(task_id)
+        await self._settle_tasks()
+        record = self._task(task_id, owner)
+        return TaskInfo(
+            task_id=task_id,
+            command=record.command,
+            running=False,
+            owner=record.owner,
+            artifact_id=record.artifact_id,
+            result=result,
+        )
+
+    async def list_tasks(self, *, owner: str | None) -> list[TaskInfo]:
+        """See :meth:`executor.session.Session.list_tasks`."""
+        await self._settle_tasks()
+        records = self._load_tasks()
+        out: list[TaskInfo] = []
+        for task in await self._client.list_tasks():
+            record = records.get(task.task_id)
+            if record is None or (owner is not None and not owner_matches(record.owner, owner)):
+                continue
+            out.append(
+                TaskInfo(
+                    task_id=task.task_id,
+                    command=record.command,
+                    running=task.running,
+                    owner=record.owner,
+                    artifact_id=record.artifact_id,
+                )
+            )
+        return out
+
+    def owner_of(self, task_id: str) -> str | None:
+        """See :meth:`executor.session.Session.owner_of`."""
+        record = self._artifacts.task(task_id)
+        if record is None:
+            raise TaskNotFound(f"no background task {task_id!r} in this session")
+        return record.owner

@@ -1,0 +1,423 @@
+"""The :class:`Session` object and its tools: ``bash``, ``write_file``, ``read_output``, ``search_output`` and tasks.
+
+Each tool prepares its exact action, gates it (:mod:`executor.session.gating`), executes it inside the one
+capture/journal bracket (``Gatekeeper.execution``), and presents the stored result
+(:mod:`executor.session.presentation`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Literal
+
+import trio
+
+from executor.artifacts import SessionArtifacts
+from executor.artifacts.hints import Surface
+from executor.config import Profile, Settings
+from executor.errors import SandboxLost, WriteError
+from executor.gate.approvals import ApprovalHandler
+from executor.gate.gate import Gate
+from executor.journal import JournalWriter
+from executor.models import BashAction, RunResult, RunSpec, WriteAction
+from executor.sandbox.agent.client import AgentClient
+from executor.sandbox.base import SessionInfo
+from executor.session.api import USE_DEFAULT, FocusMode, HandlerChoice, Outcome, TaskInfo, ToolResult
+from executor.session.gating import Gatekeeper
+from executor.session.output import OutputTools
+from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
+from executor.session.tasks import BackgroundTasks
+from executor.tools.bash import build_run_spec
+from executor.tools.write import WriteTool
+
+__all__ = ["Session"]
+
+
+class Session:
+    """One session container, its agent connection, its artifacts and its journal.
+
+    Obtain one from :meth:`Executor.open_session` or :meth:`Executor.attach_session`; methods may be called from
+    several tasks at once.
+    """
+
+    def __init__(
+        self,
+        info: SessionInfo,
+        profile: Profile,
+        *,
+        settings: Settings,
+        artifacts: SessionArtifacts,
+        client: AgentClient,
+        journal: JournalWriter,
+        gate: Gate,
+        nursery: trio.Nursery,
+        approval_handler: ApprovalHandler | None,
+        surface: Surface = "python",
+    ) -> None:
+        self.info = info
+        self.profile = profile
+        self._client = client
+        self._journal = journal
+        self._settings = settings
+        self._default_handler = approval_handler
+        self.artifacts = artifacts
+        self._writer = WriteTool(
+            client, profile, self._settings.write, allow_outside_workspace=True, builtin_denials=False
+        )
+        self._gatekeeper = Gatekeeper(
+            session_id=info.id, profile=profile, gate=gate, journal=journal, artifacts=self.artifacts
+        )
+        self._views = Views(
+            session_id=info.id,
+            settings=self._settings,
+            artifacts=self.artifacts,
+            gatekeeper=self._gatekeeper,
+            surface=surface,
+        )
+        self._output = OutputTools(artifacts=self.artifacts, views=self._views)
+        self._tasks = BackgroundTasks(
+            client=client,
+            artifacts=self.artifacts,
+            journal=journal,
+            views=self._views,
+            nursery=nursery,
+            legacy_records=self._settings.home / "sessions" / info.id / "tasks.json",
+            max_running=self._settings.bash.max_background_tasks,
+            display_max_chars=self._settings.artifacts.display_max_chars,
+        )
+
+    @property
+    def id(self) -> str:
+        """The session id (``s-`` and 12 hex digits)."""
+        return self.info.id
+
+    @property
+    def name(self) -> str | None:
+        """The session's name, if it was given one."""
+        return self.info.name
+
+    @property
+    def owner(self) -> str | None:
+        """The owner token the session was opened with."""
+        return self.info.owner
+
+    @property
+    def journal_path(self) -> Path:
+        """The session's decision journal (ndjson)."""
+        return self._journal.path
+
+    # -- gating ------------------------------------------------------------------------------------------------
+
+    def _handler(self, given: HandlerChoice) -> ApprovalHandler | None:
+        return self._default_handler if given is USE_DEFAULT else given
+
+    async def _gate(
+        self,
+        action_id: str,
+        action: BashAction | WriteAction,
+        approval_handler: HandlerChoice,
+        *,
+        tool: Literal["bash", "write_file", "task_start"],
+        current_identity: Callable[[], Awaitable[str]],
+    ) -> ToolResult | None:
+        """Gate ``action``; None means run it, else the (sanitized) result that says why it did not run."""
+        refusal = await self._gatekeeper.gate_action(
+            action_id, action, self._handler(approval_handler), current_identity=current_identity
+        )
+        if refusal is None:
+            return None
+        text = await self._views.sanitize(refusal.text, action_id=action_id)
+        return ToolResult(tool=tool, action_id=action_id, outcome=refusal.outcome, text=text)
+
+    async def _gate_run(
+        self, spec: RunSpec, approval_handler: HandlerChoice, *, tool: Literal["bash", "task_start"]
+    ) -> tuple[str, ToolResult | None]:
+        """Gate the exact run ``spec``; returns its action id and, unless it may run, the result to return."""
+        action = BashAction(
+            session_id=self.id,
+            command=spec.command,
+            cwd=spec.cwd,
+            env=spec.env,
+            stdin_sha256=None if spec.stdin is None else hashlib.sha256(spec.stdin).hexdigest(),
+            timeout_ms=spec.timeout_ms,
+        )
+        action_id = self._gatekeeper.new_action_id()
+
+        async def same_identity() -> str:
+            return action.identity()
+
+        gated = await self._gate(action_id, action, approval_handler, tool=tool, current_identity=same_identity)
+        return action_id, gated
+
+    # -- tools -------------------------------------------------------------------------------------------------
+
+    async def bash(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_ms: int | None = None,
+        focus_mode: FocusMode | None = None,
+        intent: str | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ToolResult:
+        """Run ``command`` as a fresh ``bash -c`` in the session, gated, captured and presented.
+
+        Args:
+            command: the bash command.
+            cwd: working directory (default: the workspace; relative paths are inside it).
+            env: explicit environment entries, merged last.
+            stdin: bytes for stdin (then closed); None means /dev/null.
+            timeout_ms: deadline (default ``bash.timeout_ms``, at most ``bash.max_timeout_ms``).
+            focus_mode: ``off``/``shadow``/``on`` for this call (default ``focus.mode``).
+            intent: what the caller is looking for in the output (helps focus).
+            approval_handler: who answers an ask for this call (default: the executor's handler; None: nobody).
+
+        Raises:
+            CommandRejected: refused before anything ran (size, timeout above the cap, stdin size).
+        """
+        spec = build_run_spec(
+            command,
+            settings=self._settings.bash,
+            profile=self.profile,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+        )
+        action_id, gated = await self._gate_run(spec, approval_handler, tool="bash")
+        if gated is not None:
+            return gated
+        with self._gatekeeper.execution(action_id, kind="bash", streams=("stdout", "stderr")) as execution:
+            try:
+                result = await self._client.run(spec, execution.capture)
+            except SandboxLost:
+                result = RunResult(
+                    cause="sandbox_lost",
+                    exit_code=None,
+                    signal=None,
+                    duration_ms=execution.elapsed_ms(),
+                    cpu_ms=0.0,
+                    max_rss_kb=0,
+                    stream_bytes={},
+                )
+            record = execution.finish(
+                status="ok" if result.cause == "exited" else result.cause,
+                cause=result.cause,
+                exit_code=result.exit_code,
+                duration_ms=result.duration_ms,
+            )
+        view = await self._views.present_run(
+            record.id, command=command, mode=focus_mode or self._settings.focus.mode, intent=intent
+        )
+        parts = [run_header(result, spec.timeout_ms, spec.grace_ms), view]
+        if note := orphans_note(result):
+            parts.append(note)
+        if note := limits_note(result, self.profile):
+            parts.append(note)
+        if result.drain_cut:
+            parts.append("[a process still held the output pipes after the command exited; reading stopped]")
+        text = await self._views.sanitize("\n".join(parts), artifact_id=record.id)
+        stdout, stdout_complete = self._views.raw_stream(record.id, "stdout")
+        stderr, stderr_complete = self._views.raw_stream(record.id, "stderr")
+        return ToolResult(
+            tool="bash",
+            stdout=stdout,
+            stdout_complete=stdout_complete,
+            stderr=stderr,
+            stderr_complete=stderr_complete,
+            outcome=outcome_of(result),
+            text=text,
+            action_id=action_id,
+            artifact_id=record.id,
+            run=result,
+            exit_code=None if result.cause in ("sandbox_lost", "unresponsive") else result.display_code,
+        )
+
+    async def write_file(
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ToolResult:
+        """Create or replace a file in the session, staged and symlink-safe, gated on the exact path and content.
+
+        A write the container refuses (a missing folder, a symlink on the path, a non-regular target), whether it
+        is found while the target is reviewed or while it is written, is a result with outcome ``error`` and
+        nothing written: the same outcome on every surface.
+
+        Raises:
+            PathRejected: the path is refused before any container call.
+            ContentRejected: the content is larger than ``write.max_bytes``.
+        """
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        try:
+            prepared = await self._writer.prepare(path, data)
+        except WriteError as exc:
+            if isinstance(exc, ValueError):  # PathRejected, ContentRejected: bad input, refused before any call
+                raise
+            text = await self._views.sanitize(f"[write refused: {exc}]\nnothing was written to {path}")
+            return ToolResult(tool="write_file", outcome="error", text=text)
+        action = WriteAction(
+            session_id=self.id,
+            path=prepared.path,
+            content_sha256=prepared.content_sha256,
+            size=prepared.size,
+            reviewed=prepared.reviewed,
+            diff=prepared.diff,
+            git_dir=prepared.git_dir,
+        )
+        action_id = self._gatekeeper.new_action_id()
+
+        async def current_identity() -> str:
+            again = await self._writer.prepare(path, data)
+            update = {"reviewed": again.reviewed, "diff": again.diff, "git_dir": again.git_dir}
+            return action.model_copy(update=update).identity()
+
+        gated = await self._gate(
+            action_id, action, approval_handler, tool="write_file", current_identity=current_identity
+        )
+        if gated is not None:
+            return gated
+        outcome: Outcome = "completed"
+        data_out: dict[str, object] | None = None
+        abort_note = ("output", f"[write to {prepared.path} cancelled before it finished]".encode())
+        with self._gatekeeper.execution(
+            action_id, kind="write_file", streams=("output",), on_abort=abort_note
+        ) as execution:
+            try:
+                result = await self._writer.execute(prepared, data)
+            except WriteError as exc:
+                outcome = "error"
+                summary = f"[write refused: {exc}]"
+                if not exc.committed:
+                    summary += f"\nnothing was written to {prepared.path}"
+            else:
+                data_out = result.model_dump(mode="json")
+                verb = "created" if result.created else "replaced"
+                summary = (
+                    f"[{verb} {result.path}: {prepared.size} bytes, mode {oct(result.state.mode)}, sha256 "
+                    f"{prepared.content_sha256[:16]}…, verified by read-back]\n{prepared.diff}"
+                )
+            execution.capture.feed("output", summary.encode("utf-8"))
+            record = execution.finish(
+                status="ok" if outcome == "completed" else "error", exit_code=0 if outcome == "completed" else 1
+            )
+        text = await self._views.sanitize(self._views.bounded(record.id), artifact_id=record.id)
+        return ToolResult(
+            tool="write_file", outcome=outcome, text=text, action_id=action_id, artifact_id=record.id, data=data_out
+        )
+
+    async def read_output(
+        self,
+        artifact_id: str,
+        *,
+        stream: str | None = None,
+        start_line: int = 1,
+        line_count: int | None = None,
+        start_byte_in_line: int | None = None,
+    ) -> ToolResult:
+        """One page of a stored stream, bounded and sanitized like any tool result.
+
+        Raises:
+            ArtifactNotFound: unknown, malformed or another session's id (one message for all).
+            ArtifactEvicted: evicted by retention.
+            StreamNotFound: the artifact has no such stream.
+            OutputRangeError: a range out of bounds.
+        """
+        return await self._output.read_output(
+            artifact_id,
+            stream=stream,
+            start_line=start_line,
+            line_count=line_count,
+            start_byte_in_line=start_byte_in_line,
+        )
+
+    async def search_output(
+        self,
+        artifact_id: str,
+        *,
+        pattern: str,
+        stream: str | None = None,
+        limit: int = 20,
+        start_line: int = 1,
+    ) -> ToolResult:
+        """Search a stored stream line by line; resume with the page's ``next_start_line``.
+
+        Raises:
+            ArtifactNotFound, ArtifactEvicted, StreamNotFound: see :meth:`read_output`.
+            PatternError: the pattern does not compile or is too long.
+            PatternTimeout: the pattern ran past ``artifacts.search_timeout_s``.
+        """
+        return await self._output.search_output(
+            artifact_id, pattern=pattern, stream=stream, limit=limit, start_line=start_line
+        )
+
+    # -- background tasks --------------------------------------------------------------------------------------
+
+    async def start_task(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        owner: str | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ToolResult:
+        """Start ``command`` in the background (gated like bash; no deadline) and return at once.
+
+        The result's ``data`` holds the ``task_id``; read output with :meth:`read_task` by byte offsets. Its
+        streams are mirrored into an artifact (``artifact_id``) while this session object lives.
+
+        Raises:
+            CommandRejected: refused before anything ran, or too many tasks already run.
+        """
+        spec = build_run_spec(
+            command, settings=self._settings.bash, profile=self.profile, cwd=cwd, env=env, background=True
+        )
+        await self._tasks.check_capacity()
+        action_id, gated = await self._gate_run(spec, approval_handler, tool="task_start")
+        if gated is not None:
+            return gated
+        return await self._tasks.start(spec, command=command, owner=owner, action_id=action_id)
+
+    async def read_task(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: int = 0,
+        max_bytes: int = 65_536,
+        owner: str | None = None,
+    ) -> ToolResult:
+        """Read a background task's stream from whole-stream byte ``offset``; ``data.next_offset`` continues.
+
+        Raises:
+            TaskNotFound: no such task, or it belongs to another owner.
+        """
+        return await self._tasks.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
+
+    async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:
+        """Kill a background task's whole process group (TERM, grace, KILL) and say how it ended.
+
+        Raises:
+            TaskNotFound: no such task, or it belongs to another owner.
+        """
+        return await self._tasks.stop_task(task_id, owner=owner)
+
+    async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
+        """The session's background tasks (only ``owner``'s when an owner is given)."""
+        return await self._tasks.list_tasks(owner=owner)
+
+    def owner_of(self, task_id: str) -> str | None:
+        """The opaque owner token stored with a task (never interpreted here).
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+        return self._tasks.owner_of(task_id)
