@@ -10,6 +10,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── EngineError                       the engine refused or failed a call
     │   ├── ImageError                        an image could not be found, bootstrapped or built
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
+    │   ├── SessionRejected (ValueError)      a session name refused before anything started (shape, in use)
     │   ├── SandboxLost                       the session's container went away mid-action
     │   ├── SessionUnhealthy                  the session's agent stopped answering (paused, frozen): recreate it
     │   └── AgentError                        the in-container agent
@@ -74,6 +75,7 @@ __all__ = [
     "SandboxError",
     "SandboxLost",
     "SessionNotFound",
+    "SessionRejected",
     "SessionUnhealthy",
     "StreamNotFound",
     "TaskNotFound",
@@ -109,6 +111,10 @@ class ImageError(SandboxError):
 
 class SessionNotFound(SandboxError, LookupError):
     """No session with that id or name (or it belongs to someone else)."""
+
+
+class SessionRejected(SandboxError, ValueError):
+    """A session name refused before anything started: not a usable name, or already used by a live session."""
 
 
 class SandboxLost(SandboxError):

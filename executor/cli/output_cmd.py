@@ -39,7 +39,6 @@ import typer
 
 from executor.artifacts import ArtifactStore, SessionArtifacts, render_read_page, render_search_page
 from executor.cli._common import emit, state
-from executor.cli.exec_cmd import handle_error
 from executor.config import Settings
 from executor.errors import SessionNotFound
 from executor.focus.sanitize import sanitize
@@ -87,10 +86,7 @@ def _run(
             rendered, page = await job(store.session(session_id))
         return session_id, rendered, page
 
-    try:
-        session_id, rendered, page = trio.run(main)
-    except BaseException as exc:
-        handle_error(exc, json_mode=json_mode)
+    session_id, rendered, page = trio.run(main)
     text = sanitize(rendered, redact_credentials=settings.focus.redact_credentials).text
     data = {
         "outcome": "completed",

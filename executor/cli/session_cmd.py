@@ -28,8 +28,7 @@ from typing import TypeVar
 import trio
 import typer
 
-from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, emit, fail, progress, state
-from executor.errors import ConfigError, ExecutorError, SessionNotFound
+from executor.cli._common import emit, progress, state
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
 
 app = typer.Typer(help="Start, list, stop and garbage-collect sessions.", no_args_is_help=True)
@@ -38,19 +37,13 @@ T = TypeVar("T")
 
 
 def _run(ctx: typer.Context, job: Callable[[Backend], Awaitable[T]]) -> T:
-    st = state(ctx)
-    settings = st.settings()
+    settings = state(ctx).settings()
 
     async def main() -> T:
         async with open_backend(settings) as backend:
             return await job(backend)
 
-    try:
-        return trio.run(main)
-    except (ConfigError, SessionNotFound, ValueError) as exc:
-        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
-    except ExecutorError as exc:
-        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
+    return trio.run(main)
 
 
 _ALL_HOMES = typer.Option(False, "--all", help="Every executor home's sessions, not only this home's.")
@@ -71,10 +64,7 @@ def start(
     """Start a hardened session container and wait until its agent answers."""
     st = state(ctx)
     settings = st.settings()
-    try:
-        chosen = settings.profile(profile)
-    except ConfigError as exc:
-        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
+    chosen = settings.profile(profile)
     if image is not None:
         chosen = chosen.model_copy(update={"image": image})
     profile_name = profile or settings.default_profile

@@ -19,7 +19,6 @@ import json
 import re
 import tarfile
 import tempfile
-import tomllib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ import docker.errors as de
 import trio
 from pydantic import BaseModel, ConfigDict
 
-from executor.config import ImageSettings
+from executor.config import ImageSettings, read_toml
 from executor.errors import ConfigError, ExecutorError, ImageError
 from executor.sandbox.docker._engine import DockerEngine
 
@@ -144,11 +143,11 @@ def _bootstrap_spec(folder: Path) -> _Bootstrap | None:
     path = folder / "image.toml"
     if not path.is_file():
         return None
+    data = read_toml(path)
+    section = data.get("bootstrap")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        section = data.get("bootstrap")
         return None if section is None else _Bootstrap.model_validate(section)
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
+    except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
