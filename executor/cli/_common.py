@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -197,7 +196,7 @@ _PASS_THROUGH: Final = (typer.Exit, typer.Abort, typer.TyperException, SystemExi
 class GuardedGroup(TyperGroup):
     """The root command: every command below it runs under the one exit-code wrapper (:func:`failure_of`)."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # typer's own (vendored) click Context
         try:
             return super().invoke(ctx)
         except _PASS_THROUGH:
