@@ -4,8 +4,8 @@ The SDK's stdio transport hands a line that does not validate (not JSON, or a re
 to the server as an exception, and the server drops it: the client waits forever for its reply. Here each line is
 checked first, the way the SDK checks it; a line that fails gets the JSON-RPC error its sender can act on
 (``-32700`` for text that is not JSON, ``-32602`` for a request whose ``params`` is not an object, ``-32600`` for
-any other request that is not valid, with the request's id when it has one) and never reaches the server. Notifications and stray responses that do not validate
-are dropped, as JSON-RPC says (nobody waits for a reply to them).
+any other request that is not valid, with the request's id when it has one) and never reaches the server.
+Notifications and stray responses that do not validate are dropped, as JSON-RPC says (nobody waits for a reply).
 
 Like the SDK's transport, this one claims the process's standard streams while it serves: the wire moves to
 private descriptors, file descriptor 0 reads the null device and 1 writes to stderr, so a handler's or a child's
