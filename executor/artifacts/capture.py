@@ -231,6 +231,16 @@ def recover_stream(folder: Path, name: str, published: StreamState, cap: int) ->
     )
 
 
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``; a short write (a disk filling up) is continued until it fails outright,
+    so the bytes accounted for are exactly the bytes on disk."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
 class _StreamWriter:
     def __init__(self, folder: Path, name: str, cap: int) -> None:
         self.folder = folder
@@ -264,7 +274,7 @@ class _StreamWriter:
         if self.head_len < self.head_cap:
             take = min(len(data), self.head_cap - self.head_len)
             part = data[:take]
-            os.pwrite(self.fd, part, self.head_len)
+            _pwrite_all(self.fd, part, self.head_len)
             self._linear(part)
             self.head_len += take
             self.head_newlines += part.count(b"\n")
@@ -289,7 +299,7 @@ class _StreamWriter:
         if self.ring_len < self.ring_cap:
             take = min(len(data), self.ring_cap - self.ring_len)
             part = data[:take]
-            os.pwrite(self.fd, part, base + self.ring_len)
+            _pwrite_all(self.fd, part, base + self.ring_len)
             self._linear(part)
             self.ring_len += take
             return data[take:]
@@ -309,7 +319,7 @@ class _StreamWriter:
         j = old.rfind(b"\n")
         if j >= 0:
             self.last_nl_before_tail = oldest + j
-        os.pwrite(self.fd, data[:take], base + self.ring_w)
+        _pwrite_all(self.fd, data[:take], base + self.ring_w)
         self.ring_w = (self.ring_w + take) % self.ring_cap
         self.total += take
         return data[take:]
@@ -357,19 +367,29 @@ class _StreamWriter:
             self.part.replace(final)
             return self.state(growing=False, file=self.name)
         tmp = self.folder / f"{self.name}.tmp"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            self._copy(out, 0, self.head_len, None)
-            base = self.head_cap
-            first_line = 1 + self.head_newlines + self.dropped_newlines
-            tracker = CheckpointTracker(base=self.head_len, first_line=first_line)
-            self._copy(out, base + self.ring_w, base + self.ring_cap, tracker)
-            self._copy(out, base, base + self.ring_w, tracker)
-        finally:
-            os.close(out)
         idx_tmp = self.folder / f"{self.name}.idx.tmp"
-        head_cps = [cp for cp in read_checkpoints(self.folder / f"{self.name}.idx") if cp[0] < self.head_len]
-        idx_tmp.write_bytes(b"".join(_CP.pack(*cp) for cp in [*head_cps, *tracker.found]))
+        try:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                self._copy(out, 0, self.head_len, None)
+                base = self.head_cap
+                first_line = 1 + self.head_newlines + self.dropped_newlines
+                tracker = CheckpointTracker(base=self.head_len, first_line=first_line)
+                self._copy(out, base + self.ring_w, base + self.ring_cap, tracker)
+                self._copy(out, base, base + self.ring_w, tracker)
+            finally:
+                os.close(out)
+            head_cps = [cp for cp in read_checkpoints(self.folder / f"{self.name}.idx") if cp[0] < self.head_len]
+            idx_tmp.write_bytes(b"".join(_CP.pack(*cp) for cp in [*head_cps, *tracker.found]))
+        except OSError:
+            # No room to lay the stream out linearly (a full disk): keep the ring file as it is, with every byte
+            # it holds; readers map a wrapped ring to its logical order, so the output stays readable.
+            tmp.unlink(missing_ok=True)
+            idx_tmp.unlink(missing_ok=True)
+            os.close(self.fd)
+            os.close(self.idx_fd)
+            self.closed = True
+            return self.state(growing=False)
         idx_tmp.replace(self.folder / f"{self.name}.idx")
         tmp.replace(final)
         os.close(self.fd)
@@ -463,12 +483,22 @@ class Capture:
         if self._finished is not None:
             return self._finished
         states = {name: writer.finish() for name, writer in self._writers.items()}
-        record = self._publish(self.artifact_id, states, status)
+        try:
+            record = self._publish(self.artifact_id, states, status)
+        except BaseException:
+            # The index could not record the finish (a full disk): put each linear file back where the index still
+            # points, so its bytes stay with the unfinished artifact for whoever finalises it later.
+            for name, writer in self._writers.items():
+                if not writer.wrapped and states[name].file != writer.part.name:
+                    with contextlib.suppress(OSError):
+                        (writer.folder / states[name].file).replace(writer.part)
+            raise
         if record is None:
             raise ArtifactError(f"artifact {self.artifact_id}: the index did not record the finish")
         self._finished = record
-        for name in self._writers:
-            (self._writers[name].part).unlink(missing_ok=True)
+        for name, writer in self._writers.items():
+            if states[name].file != writer.part.name:  # a ring kept in place (full disk) is the stream itself
+                writer.part.unlink(missing_ok=True)
         if self._owner_fd >= 0:
             release_owner(self._folder, self._owner_fd)
             self._owner_fd = -1
