@@ -56,10 +56,22 @@ def reply_to_invalid(line: str) -> str | None:
     if "id" not in data:
         return ""  # a notification: no reply, by JSON-RPC
     params = data.get("params")
+    if not _is_unicode(params):
+        message = "Invalid params: a string holds an unpaired surrogate escape, which is not Unicode text; send UTF-8"
+        return _error(_id_of(data), INVALID_PARAMS, message)
     if params is not None and not isinstance(params, dict):
         message = f"Invalid params: params must be an object, not {type(params).__name__}"
         return _error(_id_of(data), INVALID_PARAMS, message)
     return _error(_id_of(data), INVALID_REQUEST, f"Invalid Request: {_SHAPE}")
+
+
+def _is_unicode(value: object) -> bool:
+    """Whether every string in ``value`` is Unicode text (JSON's ``\\udXXX`` escapes can spell lone surrogates)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _id_of(data: dict[str, Any]) -> str | int | None:
