@@ -9,6 +9,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
     │   ├── ImageError                        an image could not be found, bootstrapped or built
+    │   │   └── ImageNotFound (LookupError)   no image folder and no local image of that name
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
     │   ├── SessionRejected (ValueError)      a session name refused before anything started (shape, in use)
     │   ├── SandboxLost                       the session's container went away mid-action
@@ -65,6 +66,7 @@ __all__ = [
     "ExecutorError",
     "GateError",
     "ImageError",
+    "ImageNotFound",
     "JournalCorrupt",
     "JournalError",
     "JudgeError",
@@ -107,6 +109,10 @@ class EngineError(SandboxError):
 
 class ImageError(SandboxError):
     """An image could not be found, bootstrapped or built."""
+
+
+class ImageNotFound(ImageError, LookupError):
+    """No folder under ``images/`` and no local image (nor a registry that has it) by that name."""
 
 
 class SessionNotFound(SandboxError, LookupError):

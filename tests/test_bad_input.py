@@ -125,6 +125,8 @@ def test_cli_bad_session_names_and_undecodable_text_exit_2(base_image: str, home
     traversal = _one_error_line(cli(home, "exec", "--session", "x/../../etc", "--", "true"), 2)
     assert "session name 'x/../../etc'" in traversal
     _one_error_line(cli(home, "session", "stop", "x/../../etc"), 2)
+    unknown = _one_error_line(cli(home, "exec", "--image", "no-such-image", "--", "true"), 2)
+    assert _json_error(cli(home, "--json", "image", "build", "no-such-image"), 2)["error"] == unknown[len("error: ") :]
     assert "not valid UTF-8" in _one_error_line(cli(home, "exec", "--", f"echo {BAD_BYTE}"), 2)
     env = _json_error(cli(home, "--json", "exec", "--env", f"A={BAD_BYTE}", "--", "true"), 2)
     assert "environment value of 'A' is not valid UTF-8" in env["error"]

@@ -44,6 +44,7 @@ from executor.errors import (
     ConfigError,
     ContentRejected,
     ExecutorError,
+    ImageNotFound,
     OutputRangeError,
     PathRejected,
     PatternError,
@@ -65,6 +66,7 @@ EXIT_INTERRUPTED: Final = 130
 
 _USAGE_ERRORS: Final = (
     ConfigError,
+    ImageNotFound,
     SessionNotFound,
     SessionRejected,
     TaskNotFound,

@@ -5,8 +5,8 @@ JSON shapes (``--json``):
 * ``image build``: ``{"outcome": "ok", "image": {"name", "tag", "image_id", "action", "base", "base_action",
   "inputs_hash"}}`` where ``action`` is ``built``, ``skipped`` (up to date), ``present`` or ``pulled``;
 * ``image ls``: ``{"outcome": "ok", "images": [{"tags", "image_id", "size", "created", "kind", "inputs_hash"}]}``;
-* failures: ``{"outcome": "error", "error": "...", "exit_code": 2 | 125}``: 2 for bad input (a bad settings file),
-  125 when the engine or a build failed.
+* failures: ``{"outcome": "error", "error": "...", "exit_code": 2 | 125}``: 2 for bad input (a bad settings file, an
+  unknown image), 125 when the engine or a build failed.
 """
 
 from __future__ import annotations

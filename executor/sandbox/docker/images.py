@@ -29,7 +29,7 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from executor.config import ImageSettings, read_toml
-from executor.errors import ConfigError, ExecutorError, ImageError
+from executor.errors import ConfigError, ExecutorError, ImageError, ImageNotFound
 from executor.sandbox.docker._engine import DockerEngine
 
 __all__ = [
@@ -350,7 +350,7 @@ async def _build_image(
             else:
                 hint = f"no local image {name!r}"
             if not await _try_pull(engine, settings, name, say):
-                raise ImageError(f"{hint}; build or load it first (executor image ls shows what is there)")
+                raise ImageNotFound(f"{hint}; build or load it first (executor image ls shows what is there)")
             data = await _inspect(engine, name)
             action = "pulled"
             if data is None:
