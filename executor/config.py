@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from executor.errors import ConfigError
 
 __all__ = [
+    "TOML_MAX_BYTES",
     "AgentSettings",
     "ArtifactSettings",
     "BashSettings",
@@ -77,9 +78,10 @@ def read_toml_bytes(path: Path) -> bytes:
         raise
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: not a regular file; pass a TOML file")
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{path}: not a regular file; pass a TOML file")
         try:
             raw = file.read(TOML_MAX_BYTES + 1)
         except OSError as exc:
