@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import sys
 import traceback
 from dataclasses import dataclass
@@ -195,6 +196,17 @@ _PASS_THROUGH: Final = (typer.Exit, typer.Abort, typer.TyperException, SystemExi
 """What the command-line framework itself raises to end a command (exit codes, usage errors)."""
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout's reader went away (``executor ... | head``): the framework then ends quietly."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError):
+        return False
+    return any(event & select.POLLERR for _, event in events)
+
+
 class GuardedGroup(TyperGroup):
     """The root command: every command below it runs under the one exit-code wrapper (:func:`failure_of`)."""
 
@@ -204,6 +216,8 @@ class GuardedGroup(TyperGroup):
         except _PASS_THROUGH:
             raise
         except BaseException as exc:
+            if isinstance(exc, BrokenPipeError) and _stdout_gone():
+                raise
             obj = ctx.obj
             json_mode = obj.json if isinstance(obj, CliState) else bool(ctx.params.get("json_output"))
             debug = obj.debug if isinstance(obj, CliState) else bool(ctx.params.get("debug"))

@@ -13,8 +13,8 @@ JSON shapes (``--json``):
 * ``session stop ID``: ``{"outcome": "ok", "stopped": "s-..."}``;
 * ``session gc``: ``{"outcome": "ok", "removed": ["executor-s-...", "executor-s-...-workspace", ...],
   "kept": ["executor-s-...-workspace", ...]}``;
-* failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image, bad name,
-  unknown session), 125 when the engine or the sandbox failed.
+* failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image,
+  bad name, unknown session), 125 when the engine or the sandbox failed.
 
 ``SESSION`` is ``{"id", "name", "container_id", "image", "profile", "state", "created_at", "owner", "transport",
 "labels", "workspace_only"}`` (:class:`executor.sandbox.base.SessionInfo`).
