@@ -217,25 +217,60 @@ def small_home(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_cli_full_disk_mid_capture_exits_125_and_keeps_what_was_written(base_image: str, small_home: Path) -> None:
-    """ENOSPC while a command's output is captured: one line and 125; the bytes written are kept; the journal
-    parses; the throwaway session is removed."""
-    warm = cli(small_home, "exec", "--", "true")  # the agent binary, the index and its WAL take their room first
-    assert warm.code == 0, warm.stderr
-    filler = small_home.parent / "filler"
-    stats = os.statvfs(small_home)
-    filler.write_bytes(b"\0" * max(0, stats.f_bavail * stats.f_frsize - 96 * 1024))
-    ran = cli(small_home, "exec", "--", "seq 1 200000")
-    filler.unlink()
-    line = _one_error_line(ran, 125)
-    assert "space" in line, line
+    """ENOSPC while a command's output is captured: one line and 125; the command is killed, not left running
+    unobserved; the bytes written are kept; the journal parses; the session stops cleanly."""
+    name = "bad-input-full-disk"
+    try:
+        warm = cli(small_home, "exec", "--session", name, "--", "true")  # the agent, the index and its WAL first
+        assert warm.code == 0, warm.stderr
+        filler = small_home.parent / "filler"
+        stats = os.statvfs(small_home)
+        filler.write_bytes(b"\0" * max(0, stats.f_bavail * stats.f_frsize - 96 * 1024))
+        ran = cli(small_home, "exec", "--session", name, "--", "seq 1 200000; exec sleep 300")
+        filler.unlink()
+        line = _one_error_line(ran, 125)
+        assert "space" in line, line
+        alive = cli(small_home, "exec", "--session", name, "--", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+        assert alive.code == 0, alive.stderr
+        assert "sleep 300" not in alive.stdout
+    finally:
+        cli(small_home, "session", "stop", name)
     assert _containers_of(small_home) == []
     _assert_journals_parse(small_home)
     # Nothing lost: the captured prefix is on disk, whole from its first line.
     kept = [p for p in small_home.glob("sessions/*/artifacts/*/stdout*") if not p.name.endswith(".idx")]
-    assert kept, list(small_home.rglob("*"))
     data = max((p.read_bytes() for p in kept), key=len)
     expected = b"".join(b"%d\n" % n for n in range(1, 200_001))
     assert len(data) > 1000 and expected.startswith(data[:128_000])  # the head part of a capture file is a prefix
+
+
+def test_api_full_disk_mid_capture_kills_the_command(base_image: str, small_home: Path) -> None:
+    """Through the Python API (the connection stays open): a capture the disk refuses is an ArtifactError, the
+    command is killed at once rather than left running unobserved, and the session keeps working."""
+    settings = load_settings(overrides={"home": str(small_home)})
+    filler = small_home.parent / "filler"
+
+    async def main() -> None:
+        async with open_executor(settings) as ex, ex.open_session() as session:
+            assert (await session.bash("true")).exit_code == 0
+            stats = os.statvfs(small_home)
+            filler.write_bytes(b"\0" * max(0, stats.f_bavail * stats.f_frsize - 96 * 1024))
+            try:
+                # The capture's own refusal, or the index's when the finish could not be recorded either.
+                with pytest.raises(ArtifactError, match=r"No space left on device|database or disk is full"):
+                    await session.bash("seq 1 200000; exec sleep 300")
+            finally:
+                filler.unlink()
+            alive = await session.bash("cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+            assert alive.exit_code == 0 and alive.run is not None
+            assert "sleep 300" not in alive.text
+
+    try:
+        trio.run(main)
+    except BaseExceptionGroup as group:  # pragma: no cover - a failed assertion inside a nursery
+        raise group.exceptions[0] from group
+    assert _containers_of(small_home) == []
+    _assert_journals_parse(small_home)
 
 
 # --- the Python API ------------------------------------------------------------------------------------------

@@ -264,13 +264,14 @@ class _StreamWriter:
         self.dropped_newlines = 0
         self.last_nl_pos = -1  # true position of the last newline fed (only needed until the ring wraps)
         self.last_nl_before_tail = -1
+        self.idx_broken = False
         self.closed = False
 
     def feed(self, data: bytes) -> None:
+        # Every count is advanced only after its bytes are written: when a write fails (a full disk), the state
+        # describes exactly the bytes on disk.
         if not data:
             return
-        self.newlines += data.count(b"\n")
-        self.last_nl = data[-1:] == b"\n"
         if self.head_len < self.head_cap:
             take = min(len(data), self.head_cap - self.head_len)
             part = data[:take]
@@ -283,16 +284,30 @@ class _StreamWriter:
         while data:
             data = self._ring(data)
 
+    def _written(self, part: bytes) -> None:
+        self.newlines += part.count(b"\n")
+        self.last_nl = part[-1:] == b"\n"
+
     def _linear(self, part: bytes) -> None:
         """Account bytes written at the end of the still-linear file."""
+        self._written(part)
         self.tracker.feed(part)
         j = part.rfind(b"\n")
         if j >= 0:
             self.last_nl_pos = self.total + j
         self.total += len(part)
         if self.tracker.found:
-            os.write(self.idx_fd, b"".join(_CP.pack(*cp) for cp in self.tracker.found))
+            records = b"".join(_CP.pack(*cp) for cp in self.tracker.found)
             self.tracker.found.clear()
+            if not self.idx_broken:
+                try:
+                    os.write(self.idx_fd, records)
+                except OSError:
+                    # Checkpoints only speed up seeks; after a failed (full disk) or short write, keep the whole
+                    # records and add none, so the index never holds a misaligned one.
+                    self.idx_broken = True
+                    size = os.fstat(self.idx_fd).st_size
+                    os.ftruncate(self.idx_fd, size - size % _CP.size)
 
     def _ring(self, data: bytes) -> bytes:
         base = self.head_cap
@@ -312,6 +327,8 @@ class _StreamWriter:
                 self.last_nl_before_tail = self._last_nl_below(tail_start)
         take = min(len(data), self.ring_cap - self.ring_w)
         old = os.pread(self.fd, take, base + self.ring_w)
+        _pwrite_all(self.fd, data[:take], base + self.ring_w)
+        self._written(data[:take])
         # The overwritten bytes are true positions [total - ring_cap, total - ring_cap + take).
         oldest = self.total - self.ring_cap
         self.dropped_bytes += take
@@ -319,7 +336,6 @@ class _StreamWriter:
         j = old.rfind(b"\n")
         if j >= 0:
             self.last_nl_before_tail = oldest + j
-        _pwrite_all(self.fd, data[:take], base + self.ring_w)
         self.ring_w = (self.ring_w + take) % self.ring_cap
         self.total += take
         return data[take:]
@@ -455,7 +471,8 @@ class Capture:
 
         Raises:
             StreamNotFound: ``stream`` was not declared when the capture began.
-            ArtifactError: the capture is already finished.
+            ArtifactError: the capture is already finished, or the disk refused the bytes (a full disk: every byte
+                stored before is kept and accounted for).
         """
         if self._finished is not None:
             raise ArtifactError(f"artifact {self.artifact_id} is finished; start a new capture for more output")
@@ -464,8 +481,14 @@ class Capture:
             raise StreamNotFound(
                 f"artifact {self.artifact_id} has no stream {stream!r}; declared: {', '.join(self._writers)}"
             )
-        writer.feed(data)
         self._dirty = True
+        try:
+            writer.feed(data)
+        except OSError as exc:
+            raise ArtifactError(
+                f"artifact {self.artifact_id} stream {stream}: cannot store more output ({exc.strerror or exc}); "
+                "what was stored before is kept; free space under the executor's home and retry"
+            ) from exc
 
     def flush(self) -> None:
         """Publish the bytes fed so far, so readers (in any process) see them; cheap when nothing changed."""
