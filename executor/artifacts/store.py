@@ -238,6 +238,7 @@ class ArtifactStore:
             raise
         return store
 
+    @_index_errors
     def _recover_interrupted(self, on_interrupted: Callable[[str, str, int, str], None] | None) -> None:
         rows = self._conn.execute("SELECT id, session FROM artifacts WHERE status = 'running'").fetchall()
         for artifact_id, session_id in rows:
@@ -354,6 +355,7 @@ class ArtifactStore:
             raise
         self._conn.execute("COMMIT")
 
+    @_index_errors
     def _purge_tombstones(self) -> None:
         horizon = self.settings.tombstone_horizon_s
         self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (self._clock() - horizon,))
