@@ -28,7 +28,7 @@ from executor.errors import ArtifactError, CommandRejected, ConfigError, Executo
 from executor.gate.policy import load_policy
 from executor.journal import read_journal_file
 from executor.session import open_executor
-from tests.cli.cli_helpers import Ran, cli
+from executor.testing.cli import Ran, cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
