@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from executor.artifacts import ArtifactStore, SessionArtifacts, new_session_id
+from executor.artifacts import ArtifactStore, SessionArtifacts
 from executor.errors import ArtifactError, StreamNotFound
+from executor.ids import new_session_id
 from executor.testing.artifacts import artifact_settings, open_session, store_bytes
 
 
