@@ -16,11 +16,13 @@ default, a range and a docstring; the README's settings table is generated from 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import platformdirs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -29,6 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from executor.errors import ConfigError
 
 __all__ = [
+    "TOML_MAX_BYTES",
     "AgentSettings",
     "ArtifactSettings",
     "BashSettings",
@@ -45,6 +48,9 @@ __all__ = [
     "WriteSettings",
     "load_settings",
     "parse_bytes",
+    "parse_toml",
+    "read_toml",
+    "read_toml_bytes",
     "settings_table",
 ]
 
@@ -52,6 +58,56 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _CREDENTIAL_RE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+TOML_MAX_BYTES: Final = 1024 * 1024
+"""Largest settings, policy or image TOML file read (these are hand-written files of a few kilobytes)."""
+
+
+def read_toml_bytes(path: Path) -> bytes:
+    """The bytes of one TOML file, bounded: a regular file of at most :data:`TOML_MAX_BYTES`.
+
+    Raises:
+        FileNotFoundError: there is no such file (callers say which setting names it).
+        ConfigError: not a regular file (a device, a FIFO, a folder), unreadable, or too large.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below like any non-regular file.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: not a regular file; pass a TOML file")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            raw = file.read(TOML_MAX_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if len(raw) > TOML_MAX_BYTES:
+        raise ConfigError(f"{path}: larger than {TOML_MAX_BYTES} bytes; a TOML file here is a few kilobytes")
+    return raw
+
+
+def parse_toml(raw: bytes, *, path: Path) -> dict[str, Any]:
+    """Parse TOML bytes read from ``path``.
+
+    Raises:
+        ConfigError: not UTF-8, not TOML, or nested too deeply to parse; the message names the file.
+    """
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """:func:`read_toml_bytes` then :func:`parse_toml` (the same errors)."""
+    return parse_toml(read_toml_bytes(path), path=path)
 
 
 def parse_bytes(value: object) -> int:
@@ -627,8 +683,8 @@ def load_settings(
         overrides: explicit values (nested dicts) that win over everything else.
 
     Raises:
-        ConfigError: the file is missing or not TOML, or a field is invalid; the message names every
-            bad field and the source it came from.
+        ConfigError: the file is missing, not a regular file, too large or not TOML, or a field is invalid; the
+            message names every bad field and the source it came from.
     """
     environ = environ or {}
     if config is None and environ.get("EXECUTOR_CONFIG"):
@@ -638,11 +694,9 @@ def load_settings(
     if config is not None:
         origin = str(config)
         try:
-            data = tomllib.loads(config.read_text(encoding="utf-8"))
+            data = read_toml(config)
         except FileNotFoundError:
             raise ConfigError(f"config file {config} does not exist; pass an existing TOML file") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{config}: not valid TOML: {exc}") from exc
     env = _env_layer(environ)
     if env:
         origin += " + EXECUTOR_* environment"

@@ -9,7 +9,9 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
     │   ├── ImageError                        an image could not be found, bootstrapped or built
+    │   │   └── ImageNotFound (LookupError)   no image folder and no local image of that name
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
+    │   ├── SessionRejected (ValueError)      a session name refused before anything started (shape, in use)
     │   ├── SandboxLost                       the session's container went away mid-action
     │   ├── SessionUnhealthy                  the session's agent stopped answering (paused, frozen): recreate it
     │   └── AgentError                        the in-container agent
@@ -64,6 +66,7 @@ __all__ = [
     "ExecutorError",
     "GateError",
     "ImageError",
+    "ImageNotFound",
     "JournalCorrupt",
     "JournalError",
     "JudgeError",
@@ -74,6 +77,7 @@ __all__ = [
     "SandboxError",
     "SandboxLost",
     "SessionNotFound",
+    "SessionRejected",
     "SessionUnhealthy",
     "StreamNotFound",
     "TaskNotFound",
@@ -107,8 +111,16 @@ class ImageError(SandboxError):
     """An image could not be found, bootstrapped or built."""
 
 
+class ImageNotFound(ImageError, LookupError):
+    """No folder under ``images/`` and no local image (nor a registry that has it) by that name."""
+
+
 class SessionNotFound(SandboxError, LookupError):
     """No session with that id or name (or it belongs to someone else)."""
+
+
+class SessionRejected(SandboxError, ValueError):
+    """A session name refused before anything started: not a usable name, or already used by a live session."""
 
 
 class SandboxLost(SandboxError):

@@ -25,7 +25,7 @@ import secrets
 import uuid
 from typing import Final
 
-from executor.errors import SessionNotFound
+from executor.errors import SessionNotFound, SessionRejected
 
 __all__ = [
     "ARTIFACT_ID_PATTERN",
@@ -81,10 +81,10 @@ def validate_session_name(name: str) -> str:
     """Return ``name`` if it is a usable session name (letters, digits, ``_.-``, up to 63 characters).
 
     Raises:
-        ValueError: the name is not usable; the message says what is allowed.
+        SessionRejected: the name is not usable (a ValueError); the message says what is allowed.
     """
     if not isinstance(name, str) or not _SESSION_NAME.fullmatch(name) or is_session_id(name):
-        raise ValueError(
+        raise SessionRejected(
             f"session name {name!r} must be 1-63 letters, digits, '_', '.' or '-', start with a letter or digit, "
             "and not look like a session id"
         )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from executor import config as config_module
-from executor.config import Settings, load_settings, parse_bytes, settings_table
+from executor.config import TOML_MAX_BYTES, Settings, load_settings, parse_bytes, settings_table
 from executor.errors import ConfigError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -99,6 +100,28 @@ def test_missing_and_malformed_files_say_what_to_do(tmp_path: Path) -> None:
     bad.write_text("[bash\n")
     with pytest.raises(ConfigError, match=r"not valid TOML"):
         load_settings(bad)
+
+
+def test_settings_files_are_read_bounded(tmp_path: Path) -> None:
+    """A device, a FIFO, an oversized file and deep nesting are ConfigErrors naming the file, never a hang or crash."""
+    zero = tmp_path / "zero.toml"
+    zero.symlink_to("/dev/zero")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path in (zero, fifo, tmp_path):
+        with pytest.raises(ConfigError, match=r": not a regular file; pass a TOML file$"):
+            load_settings(path)
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * TOML_MAX_BYTES + "\n")
+    with pytest.raises(ConfigError, match=rf"big.toml: larger than {TOML_MAX_BYTES} bytes"):
+        load_settings(big)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 100_000)
+    with pytest.raises(ConfigError, match=r"deep.toml: not valid TOML: arrays or tables nested too deeply$"):
+        load_settings(deep)
+    fine = tmp_path / "fine.toml"
+    fine.write_text("# " + "x" * (TOML_MAX_BYTES - 100) + "\n[bash]\ntimeout_ms = 5000\n")
+    assert load_settings(fine).bash.timeout_ms == 5000
 
 
 def test_unknown_profile_lists_the_known_ones() -> None:

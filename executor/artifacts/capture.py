@@ -231,6 +231,16 @@ def recover_stream(folder: Path, name: str, published: StreamState, cap: int) ->
     )
 
 
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``; a short write (a disk filling up) is continued until it fails outright,
+    so the bytes accounted for are exactly the bytes on disk."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
 class _StreamWriter:
     def __init__(self, folder: Path, name: str, cap: int) -> None:
         self.folder = folder
@@ -254,17 +264,18 @@ class _StreamWriter:
         self.dropped_newlines = 0
         self.last_nl_pos = -1  # true position of the last newline fed (only needed until the ring wraps)
         self.last_nl_before_tail = -1
+        self.idx_broken = False
         self.closed = False
 
     def feed(self, data: bytes) -> None:
+        # Every count is advanced only after its bytes are written: when a write fails (a full disk), the state
+        # describes exactly the bytes on disk.
         if not data:
             return
-        self.newlines += data.count(b"\n")
-        self.last_nl = data[-1:] == b"\n"
         if self.head_len < self.head_cap:
             take = min(len(data), self.head_cap - self.head_len)
             part = data[:take]
-            os.pwrite(self.fd, part, self.head_len)
+            _pwrite_all(self.fd, part, self.head_len)
             self._linear(part)
             self.head_len += take
             self.head_newlines += part.count(b"\n")
@@ -273,23 +284,37 @@ class _StreamWriter:
         while data:
             data = self._ring(data)
 
+    def _written(self, part: bytes) -> None:
+        self.newlines += part.count(b"\n")
+        self.last_nl = part[-1:] == b"\n"
+
     def _linear(self, part: bytes) -> None:
         """Account bytes written at the end of the still-linear file."""
+        self._written(part)
         self.tracker.feed(part)
         j = part.rfind(b"\n")
         if j >= 0:
             self.last_nl_pos = self.total + j
         self.total += len(part)
         if self.tracker.found:
-            os.write(self.idx_fd, b"".join(_CP.pack(*cp) for cp in self.tracker.found))
+            records = b"".join(_CP.pack(*cp) for cp in self.tracker.found)
             self.tracker.found.clear()
+            if not self.idx_broken:
+                try:
+                    os.write(self.idx_fd, records)
+                except OSError:
+                    # Checkpoints only speed up seeks; after a failed (full disk) or short write, keep the whole
+                    # records and add none, so the index never holds a misaligned one.
+                    self.idx_broken = True
+                    size = os.fstat(self.idx_fd).st_size
+                    os.ftruncate(self.idx_fd, size - size % _CP.size)
 
     def _ring(self, data: bytes) -> bytes:
         base = self.head_cap
         if self.ring_len < self.ring_cap:
             take = min(len(data), self.ring_cap - self.ring_len)
             part = data[:take]
-            os.pwrite(self.fd, part, base + self.ring_len)
+            _pwrite_all(self.fd, part, base + self.ring_len)
             self._linear(part)
             self.ring_len += take
             return data[take:]
@@ -302,6 +327,8 @@ class _StreamWriter:
                 self.last_nl_before_tail = self._last_nl_below(tail_start)
         take = min(len(data), self.ring_cap - self.ring_w)
         old = os.pread(self.fd, take, base + self.ring_w)
+        _pwrite_all(self.fd, data[:take], base + self.ring_w)
+        self._written(data[:take])
         # The overwritten bytes are true positions [total - ring_cap, total - ring_cap + take).
         oldest = self.total - self.ring_cap
         self.dropped_bytes += take
@@ -309,7 +336,6 @@ class _StreamWriter:
         j = old.rfind(b"\n")
         if j >= 0:
             self.last_nl_before_tail = oldest + j
-        os.pwrite(self.fd, data[:take], base + self.ring_w)
         self.ring_w = (self.ring_w + take) % self.ring_cap
         self.total += take
         return data[take:]
@@ -357,19 +383,29 @@ class _StreamWriter:
             self.part.replace(final)
             return self.state(growing=False, file=self.name)
         tmp = self.folder / f"{self.name}.tmp"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            self._copy(out, 0, self.head_len, None)
-            base = self.head_cap
-            first_line = 1 + self.head_newlines + self.dropped_newlines
-            tracker = CheckpointTracker(base=self.head_len, first_line=first_line)
-            self._copy(out, base + self.ring_w, base + self.ring_cap, tracker)
-            self._copy(out, base, base + self.ring_w, tracker)
-        finally:
-            os.close(out)
         idx_tmp = self.folder / f"{self.name}.idx.tmp"
-        head_cps = [cp for cp in read_checkpoints(self.folder / f"{self.name}.idx") if cp[0] < self.head_len]
-        idx_tmp.write_bytes(b"".join(_CP.pack(*cp) for cp in [*head_cps, *tracker.found]))
+        try:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                self._copy(out, 0, self.head_len, None)
+                base = self.head_cap
+                first_line = 1 + self.head_newlines + self.dropped_newlines
+                tracker = CheckpointTracker(base=self.head_len, first_line=first_line)
+                self._copy(out, base + self.ring_w, base + self.ring_cap, tracker)
+                self._copy(out, base, base + self.ring_w, tracker)
+            finally:
+                os.close(out)
+            head_cps = [cp for cp in read_checkpoints(self.folder / f"{self.name}.idx") if cp[0] < self.head_len]
+            idx_tmp.write_bytes(b"".join(_CP.pack(*cp) for cp in [*head_cps, *tracker.found]))
+        except OSError:
+            # No room to lay the stream out linearly (a full disk): keep the ring file as it is, with every byte
+            # it holds; readers map a wrapped ring to its logical order, so the output stays readable.
+            tmp.unlink(missing_ok=True)
+            idx_tmp.unlink(missing_ok=True)
+            os.close(self.fd)
+            os.close(self.idx_fd)
+            self.closed = True
+            return self.state(growing=False)
         idx_tmp.replace(self.folder / f"{self.name}.idx")
         tmp.replace(final)
         os.close(self.fd)
@@ -435,7 +471,8 @@ class Capture:
 
         Raises:
             StreamNotFound: ``stream`` was not declared when the capture began.
-            ArtifactError: the capture is already finished.
+            ArtifactError: the capture is already finished, or the disk refused the bytes (a full disk: every byte
+                stored before is kept and accounted for).
         """
         if self._finished is not None:
             raise ArtifactError(f"artifact {self.artifact_id} is finished; start a new capture for more output")
@@ -444,8 +481,14 @@ class Capture:
             raise StreamNotFound(
                 f"artifact {self.artifact_id} has no stream {stream!r}; declared: {', '.join(self._writers)}"
             )
-        writer.feed(data)
         self._dirty = True
+        try:
+            writer.feed(data)
+        except OSError as exc:
+            raise ArtifactError(
+                f"artifact {self.artifact_id} stream {stream}: cannot store more output ({exc.strerror or exc}); "
+                "what was stored before is kept; free space under the executor's home and retry"
+            ) from exc
 
     def flush(self) -> None:
         """Publish the bytes fed so far, so readers (in any process) see them; cheap when nothing changed."""
@@ -463,12 +506,22 @@ class Capture:
         if self._finished is not None:
             return self._finished
         states = {name: writer.finish() for name, writer in self._writers.items()}
-        record = self._publish(self.artifact_id, states, status)
+        try:
+            record = self._publish(self.artifact_id, states, status)
+        except BaseException:
+            # The index could not record the finish (a full disk): put each linear file back where the index still
+            # points, so its bytes stay with the unfinished artifact for whoever finalises it later.
+            for name, writer in self._writers.items():
+                if not writer.wrapped and states[name].file != writer.part.name:
+                    with contextlib.suppress(OSError):
+                        (writer.folder / states[name].file).replace(writer.part)
+            raise
         if record is None:
             raise ArtifactError(f"artifact {self.artifact_id}: the index did not record the finish")
         self._finished = record
-        for name in self._writers:
-            (self._writers[name].part).unlink(missing_ok=True)
+        for name, writer in self._writers.items():
+            if states[name].file != writer.part.name:  # a ring kept in place (full disk) is the stream itself
+                writer.part.unlink(missing_ok=True)
         if self._owner_fd >= 0:
             release_owner(self._folder, self._owner_fd)
             self._owner_fd = -1

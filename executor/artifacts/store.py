@@ -29,9 +29,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import trio
+from pydantic import ValidationError
 
 from executor.artifacts import search as _search
 from executor.artifacts.capture import (
@@ -108,6 +109,36 @@ CREATE TABLE IF NOT EXISTS tasks (
 """
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _index_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Map a failure of the SQLite index itself (damaged, unreadable, full disk) to :class:`ArtifactError`."""
+
+    @functools.wraps(method)
+    def mapped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            owner = args[0]
+            store = owner if isinstance(owner, ArtifactStore) else getattr(owner, "_store", None)
+            where = store.home / "artifacts.sqlite3" if isinstance(store, ArtifactStore) else "the artifact index"
+            raise ArtifactError(
+                f"{where}: the artifact index failed ({exc}); check free space, or move a damaged index aside "
+                "(a fresh one is created; stored output files stay on disk) and retry"
+            ) from exc
+
+    return mapped
+
+
+def _damaged(artifact_id: str, stream: str, what: str) -> ArtifactError:
+    return ArtifactError(
+        f"artifact {artifact_id} stream {stream}: {what}; the store was changed outside the executor, so this "
+        "output cannot be read (other artifacts are unaffected)"
+    )
+
+
 def _not_found(artifact_id: object) -> ArtifactNotFound:
     shown = repr(artifact_id)[:80] if isinstance(artifact_id, str) else "(not a string)"
     return ArtifactNotFound(
@@ -131,13 +162,22 @@ def _task_record(row: tuple[Any, ...]) -> TaskRecord:
 class _FileSource:
     """The virtual stored space of a stream file, mapping a wrapped, still-running ring to its logical order."""
 
-    def __init__(self, fd: int, state: StreamState) -> None:
+    def __init__(self, fd: int, state: StreamState, *, label: tuple[str, str] = ("", "")) -> None:
         self._fd = fd
         self._h = state.head_len
         self._ring = state.ring_cap if state.wrapped and not state.rotated else 0
         self._w = state.ring_w
+        self._stored = state.head_len + state.ring_len
+        self._label = label
 
     def read(self, offset: int, size: int) -> bytes:
+        data = self._read(offset, size)
+        if len(data) < min(size, self._stored - offset):
+            # A file shorter than its index: a bounded page must not turn that into a loop or a wrong answer.
+            raise _damaged(*self._label, f"its file holds fewer bytes than the index records ({self._stored})")
+        return data
+
+    def _read(self, offset: int, size: int) -> bytes:
         if not self._ring or offset + size <= self._h:
             return os.pread(self._fd, size, offset)
         parts: list[bytes] = []
@@ -220,6 +260,7 @@ class ArtifactStore:
             raise
         return store
 
+    @_index_errors
     def _recover_interrupted(self, on_interrupted: Callable[[str, str, int, str], None] | None) -> None:
         rows = self._conn.execute("SELECT id, session FROM artifacts WHERE status = 'running'").fetchall()
         for artifact_id, session_id in rows:
@@ -313,6 +354,7 @@ class ArtifactStore:
     ) -> None:
         self.close()
 
+    @_index_errors
     def session(self, session_id: str) -> SessionArtifacts:
         """The artifacts of one session (registered on first use).
 
@@ -335,6 +377,7 @@ class ArtifactStore:
             raise
         self._conn.execute("COMMIT")
 
+    @_index_errors
     def _purge_tombstones(self) -> None:
         horizon = self.settings.tombstone_horizon_s
         self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (self._clock() - horizon,))
@@ -404,6 +447,7 @@ class SessionArtifacts:
 
     # -- writing -------------------------------------------------------------------------------------------
 
+    @_index_errors
     def begin(self, *, kind: str, streams: tuple[str, ...], meta: dict[str, str] | None = None) -> Capture:
         """Start a capture: the artifact exists (``running``, ``growing``) from now on.
 
@@ -464,6 +508,7 @@ class SessionArtifacts:
         store._live[artifact_id] = capture
         return capture
 
+    @_index_errors
     def _publish(self, artifact_id: str, states: dict[str, StreamState], status: str | None) -> ArtifactRecord | None:
         store = self._store
         stored = sum(s.head_len + s.ring_len for s in states.values())
@@ -485,6 +530,7 @@ class SessionArtifacts:
         self._evict(reserve_one=False, keep=frozenset({artifact_id}))
         return self.record(artifact_id)
 
+    @_index_errors
     def _evict(self, *, reserve_one: bool, keep: frozenset[str]) -> None:
         """Evict this session's oldest artifacts until its budgets hold (never a live or kept one)."""
         store = self._store
@@ -519,6 +565,7 @@ class SessionArtifacts:
             raise _not_found(artifact_id)
         return artifact_id
 
+    @_index_errors
     def _row(self, artifact_id: object) -> tuple[str, Any]:
         checked = self._check_id(artifact_id)
         store = self._store
@@ -542,11 +589,18 @@ class SessionArtifacts:
             )
         raise _not_found(artifact_id)
 
+    @_index_errors
     def _states(self, artifact_id: str) -> dict[str, StreamState]:
         rows = self._store._conn.execute(
             "SELECT name, state FROM streams WHERE artifact = ? ORDER BY position", (artifact_id,)
         ).fetchall()
-        return {name: StreamState.model_validate_json(state) for name, state in rows}
+        states: dict[str, StreamState] = {}
+        for name, state in rows:
+            try:
+                states[name] = StreamState.model_validate_json(state)
+            except ValidationError:
+                raise _damaged(artifact_id, name, "its index row does not parse") from None
+        return states
 
     def record(self, artifact_id: str) -> ArtifactRecord:
         """The record of one of this session's artifacts.
@@ -567,6 +621,7 @@ class SessionArtifacts:
             created_at=float(row[4]),
         )
 
+    @_index_errors
     def artifacts(self) -> list[ArtifactRecord]:
         """Every kept artifact of this session, oldest first."""
         rows = self._store._conn.execute(
@@ -578,6 +633,8 @@ class SessionArtifacts:
         """Validate, flush a live capture, and return (id, stream, state, folder)."""
         checked, _ = self._row(artifact_id)
         states = self._states(checked)
+        if not states:
+            raise _damaged(checked, "(any)", "the index has no stream rows for it")
         if stream is None:
             name = next(iter(states))
         elif stream in states:
@@ -599,11 +656,11 @@ class SessionArtifacts:
                 fd = os.open(folder / state.file, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 if attempt == 2:
-                    raise
+                    raise _damaged(checked, name, f"its file {state.file} is missing") from None
                 continue
             try:
                 checkpoints = read_checkpoints(folder / f"{name}.idx")
-                yield checked, name, layout_of(state, checkpoints), _FileSource(fd, state)
+                yield checked, name, layout_of(state, checkpoints), _FileSource(fd, state, label=(checked, name))
             finally:
                 os.close(fd)
             return

@@ -7,31 +7,82 @@ Exit codes (documented in the README):
 * ``75``: blocked: the action needs an approval nobody can give (non-interactive run);
 * ``77``: denied by policy or judge, or an approval was declined;
 * ``124``: the command hit its timeout (its whole process group was killed);
-* ``125``: the executor itself failed (engine down, sandbox lost, ...).
+* ``125``: the executor itself failed (engine down, sandbox lost, no space left in the home, a damaged artifact
+  store, or a bug);
+* ``130``: interrupted (Ctrl-C).
 
 Under ``--json`` every command prints one JSON object whose ``outcome`` field tells these apart, so a
 command that itself exits 124 is never mistaken for a timeout.
+
+Every command runs under one exit-code wrapper (:class:`GuardedGroup`, the root command's class): whatever
+escapes a command is mapped here by :func:`failure_of` and reported as one line (``error: ...`` on stderr, or the
+error object under ``--json``); the traceback is printed only under the root option ``--debug``.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import select
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from executor.config import Settings, load_settings
-from executor.errors import ConfigError
+from executor.errors import (
+    ActionDenied,
+    ApprovalInvalidated,
+    ApprovalRequired,
+    ArtifactEvicted,
+    ArtifactNotFound,
+    CommandRejected,
+    ConfigError,
+    ContentRejected,
+    ExecutorError,
+    ImageNotFound,
+    OutputRangeError,
+    PathRejected,
+    PatternError,
+    PatternTimeout,
+    SessionNotFound,
+    SessionRejected,
+    StreamNotFound,
+    TaskNotFound,
+    UnsafeTarget,
+)
 
-EXIT_USAGE = 2
-EXIT_BLOCKED = 75
-EXIT_DENIED = 77
-EXIT_TIMEOUT = 124
-EXIT_FAILURE = 125
+EXIT_USAGE: Final = 2
+EXIT_BLOCKED: Final = 75
+EXIT_DENIED: Final = 77
+EXIT_TIMEOUT: Final = 124
+EXIT_FAILURE: Final = 125
+EXIT_INTERRUPTED: Final = 130
+"""Ctrl-C (128 + SIGINT), as shells report it."""
+
+_USAGE_ERRORS: Final = (
+    ConfigError,
+    ImageNotFound,
+    SessionNotFound,
+    SessionRejected,
+    TaskNotFound,
+    CommandRejected,
+    PathRejected,
+    ContentRejected,
+    UnsafeTarget,
+    ArtifactNotFound,
+    StreamNotFound,
+    ArtifactEvicted,
+    OutputRangeError,
+    PatternError,
+    PatternTimeout,
+)
+"""Errors that mean "fix your input" (exit 2); every other ExecutorError is an executor failure (exit 125)."""
 
 
 @dataclass
@@ -40,6 +91,7 @@ class CliState:
 
     config: Path | None
     json: bool
+    debug: bool = False
     _settings: Settings | None = None
 
     def settings(self) -> Settings:
@@ -82,3 +134,94 @@ def fail(message: str, *, code: int, json_mode: bool, outcome: str = "error") ->
     else:
         sys.stderr.write(f"error: {message}\n")
     raise typer.Exit(code)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How the CLI reports an exception: this process's exit status, the JSON ``outcome`` and one line."""
+
+    code: int
+    outcome: str
+    message: str
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    # Nurseries wrap what a body raised in (nested) groups; the leaves are what happened.
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """Map an exception that escaped a command to its exit code (the table in this module's docstring).
+
+    A group is judged by its leaves: an interrupt wins, then the executor's own errors, then the first leaf.
+    """
+    leaves = _leaves(exc)
+    if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+        return Failure(EXIT_INTERRUPTED, "cancelled", "interrupted")
+    leaf = next((one for one in leaves if isinstance(one, ExecutorError)), leaves[0])
+    if isinstance(leaf, ApprovalRequired):
+        return Failure(EXIT_BLOCKED, "blocked", str(leaf))
+    if isinstance(leaf, ActionDenied | ApprovalInvalidated):
+        return Failure(EXIT_DENIED, "denied", str(leaf))
+    if isinstance(leaf, _USAGE_ERRORS):
+        return Failure(EXIT_USAGE, "error", str(leaf))
+    if isinstance(leaf, ExecutorError):
+        return Failure(EXIT_FAILURE, "error", str(leaf))
+    if isinstance(leaf, OSError) and leaf.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" writing {leaf.filename}" if leaf.filename else ""
+        return Failure(
+            EXIT_FAILURE, "error", f"no space left on the device{where}; free space under the executor's home and retry"
+        )
+    if isinstance(leaf, OSError):
+        where = f": {leaf.filename}" if leaf.filename else ""
+        return Failure(EXIT_FAILURE, "error", f"{_one_line(leaf.strerror or str(leaf))}{where}")
+    if isinstance(leaf, MemoryError):
+        return Failure(EXIT_FAILURE, "error", "out of memory")
+    detail = _one_line(str(leaf))[:300]
+    return Failure(
+        EXIT_FAILURE,
+        "error",
+        f"internal error ({type(leaf).__name__}{': ' + detail if detail else ''}); "
+        "rerun with `executor --debug ...` for the traceback and report it",
+    )
+
+
+_PASS_THROUGH: Final = (typer.Exit, typer.Abort, typer.TyperException, SystemExit)
+"""What the command-line framework itself raises to end a command (exit codes, usage errors)."""
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader went away (``executor ... | head``): the framework then ends quietly."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError):
+        return False
+    return any(event & select.POLLERR for _, event in events)
+
+
+class GuardedGroup(TyperGroup):
+    """The root command: every command below it runs under the one exit-code wrapper (:func:`failure_of`)."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's own (vendored) click Context
+        try:
+            return super().invoke(ctx)
+        except _PASS_THROUGH:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, BrokenPipeError) and _stdout_gone():
+                raise
+            obj = ctx.obj
+            json_mode = obj.json if isinstance(obj, CliState) else bool(ctx.params.get("json_output"))
+            debug = obj.debug if isinstance(obj, CliState) else bool(ctx.params.get("debug"))
+            failure = failure_of(exc)
+            if debug and failure.code not in (EXIT_USAGE, EXIT_INTERRUPTED):
+                sys.stderr.write("".join(traceback.format_exception(exc)))
+            raise fail(failure.message, code=failure.code, json_mode=json_mode, outcome=failure.outcome) from exc

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from executor.cli._common import EXIT_FAILURE, emit, fail, state
-from executor.errors import ExecutorError
+from executor.cli._common import emit, state
 from executor.sandbox.agent.build import agent_build_dir, ensure_agent
 
 app = typer.Typer(help="The in-container agent (a static C binary built from this package).", no_args_is_help=True)
@@ -25,8 +24,5 @@ def build(
     """Compile the agent unless a binary for the current sources exists; print its path."""
     st = state(ctx)
     settings = st.settings()
-    try:
-        path = ensure_agent(settings.agent, agent_build_dir(settings), sanitize=sanitize)
-    except ExecutorError as exc:
-        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
+    path = ensure_agent(settings.agent, agent_build_dir(settings), sanitize=sanitize)
     emit({"outcome": "ok", "path": str(path), "sanitize": sanitize}, str(path), json_mode=st.json)

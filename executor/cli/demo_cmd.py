@@ -16,8 +16,7 @@ import textwrap
 import trio
 import typer
 
-from executor.cli._common import EXIT_FAILURE, fail, state
-from executor.errors import ExecutorError
+from executor.cli._common import state
 from executor.gate.judge import api_key_from
 from executor.session import ToolResult, open_executor
 
@@ -116,7 +115,4 @@ def demo(ctx: typer.Context) -> None:
     """The main job on the embedded defaults, narrated step by step."""
     st = state(ctx)
     settings = st.settings()
-    try:
-        trio.run(_demo, settings)
-    except ExecutorError as exc:
-        fail(str(exc), code=EXIT_FAILURE, json_mode=False)
+    trio.run(_demo, settings)

@@ -10,13 +10,14 @@ Output: the presented view (bounded, sanitized, with the artifact id to recover 
 Exit codes:
 
 * the command's own status: ``0``, ``1``..``255``, ``128+N`` when signal N ended it (``137`` for the OOM killer);
-* ``2``: bad input (an unknown profile or session, a bad ``--env``, a timeout above the cap, an unreadable
-  ``--stdin`` file);
+* ``2``: bad input (an unknown profile, image or session, a bad session name, a bad ``--env``, invalid UTF-8 in the
+  command or ``--env``, a timeout above the cap, an unreadable ``--stdin`` file or one over
+  ``bash.max_stdin_bytes``);
 * ``75``: blocked: the policy asks about the command and nobody can answer (no terminal); nothing ran;
 * ``77``: denied by the policy or the judge, or the approval was declined; nothing ran;
 * ``124``: the command hit ``--timeout-ms`` (its whole process group was killed);
-* ``125``: the executor failed (engine down, image missing, sandbox lost, the sandbox unresponsive: outcome
-  ``"unresponsive"``, the session is then unhealthy);
+* ``125``: the executor failed (engine down, sandbox lost, no space left in the home, a damaged store, the sandbox
+  unresponsive: outcome ``"unresponsive"``, the session is then unhealthy);
 * ``130``: interrupted (Ctrl-C); the command's process group is killed.
 
 ``--json`` prints one object, whatever happened::
@@ -50,7 +51,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, BinaryIO, Final, TypeVar
 
 import trio
 import typer
@@ -59,6 +60,7 @@ from executor.cli._common import (
     EXIT_BLOCKED,
     EXIT_DENIED,
     EXIT_FAILURE,
+    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     EXIT_USAGE,
     emit,
@@ -67,17 +69,6 @@ from executor.cli._common import (
     state,
 )
 from executor.config import Settings
-from executor.errors import (
-    ArtifactError,
-    CommandRejected,
-    ConfigError,
-    ContentRejected,
-    ExecutorError,
-    PathRejected,
-    SessionNotFound,
-    TaskNotFound,
-    UnsafeTarget,
-)
 from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
 from executor.gate.judge import api_key_from
 from executor.session import ExecutorAPI, FocusMode, SessionAPI, ToolResult, open_executor
@@ -92,21 +83,7 @@ __all__ = [
     "session_scope",
 ]
 
-EXIT_INTERRUPTED: Final = 130
-"""Ctrl-C (128 + SIGINT), as shells report it."""
-
 _FOCUS_MODES: Final[tuple[FocusMode, ...]] = ("off", "shadow", "on")
-_USAGE_ERRORS: Final = (
-    ConfigError,
-    SessionNotFound,
-    TaskNotFound,
-    CommandRejected,
-    PathRejected,
-    ContentRejected,
-    UnsafeTarget,
-    ArtifactError,
-)
-"""Errors that mean "fix your input" (exit 2); every other ExecutorError is an executor failure (exit 125)."""
 
 T = TypeVar("T")
 
@@ -160,13 +137,6 @@ async def session_scope(ex: ExecutorAPI, where: CliSession) -> AsyncIterator[Ses
         yield session
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    # Nurseries wrap a body's exception in a group; a single leaf is what happened.
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def run_cli(
     settings: Settings,
     where: CliSession,
@@ -174,7 +144,8 @@ def run_cli(
     *,
     handler: ApprovalHandler | None,
 ) -> T:
-    """Run ``job`` in the session ``where`` names, mapping the executor's errors to exit codes (2, 125, 130).
+    """Run ``job`` in the session ``where`` names; what it raises is mapped to an exit code by the CLI's one
+    wrapper (:class:`executor.cli._common.GuardedGroup`).
 
     The entry point reads the judge's key from the environment here, and only the variable the settings name.
     """
@@ -187,22 +158,7 @@ def run_cli(
         ):
             return await job(session)
 
-    try:
-        return trio.run(main)
-    except BaseException as exc:
-        handle_error(exc, json_mode=where.json_mode)
-
-
-def handle_error(exc: BaseException, *, json_mode: bool) -> NoReturn:
-    """Exit with the code that ``exc`` (or its single leaf) maps to; re-raise what is not the executor's."""
-    leaf = _leaf(exc)
-    if isinstance(leaf, KeyboardInterrupt):
-        fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode, outcome="cancelled")
-    if isinstance(leaf, _USAGE_ERRORS):
-        raise fail(str(leaf), code=EXIT_USAGE, json_mode=json_mode) from exc
-    if isinstance(leaf, ExecutorError):
-        raise fail(str(leaf), code=EXIT_FAILURE, json_mode=json_mode) from exc
-    raise exc
+    return trio.run(main)
 
 
 def exit_code_of(result: ToolResult) -> int:
@@ -259,14 +215,40 @@ def parse_env(entries: Sequence[str], *, json_mode: bool) -> dict[str, str]:
     return env
 
 
-def read_input(source: str, *, option: str, json_mode: bool) -> bytes:
-    """The bytes of a file, or of stdin for ``-``; exit 2 when the file cannot be read."""
-    if source == "-":
-        return sys.stdin.buffer.read()
+def read_input(source: str, *, option: str, json_mode: bool, limit: int, setting: str) -> bytes:
+    """The bytes of a file, or of stdin for ``-``, reading at most ``limit`` bytes (then exit 2, naming ``setting``).
+
+    Exit 2 when the file cannot be read or holds more than ``limit`` bytes: reading stops at the cap, so an endless
+    source (``/dev/zero``, a pipe that never closes its end) cannot exhaust memory.
+    """
     try:
-        return Path(source).read_bytes()
+        if source == "-":
+            data = _read_capped(sys.stdin.buffer, limit)
+        else:
+            with Path(source).open("rb") as file:
+                data = _read_capped(file, limit)
     except OSError as exc:
         fail(f"{option} {source}: {exc.strerror or exc}", code=EXIT_USAGE, json_mode=json_mode)
+    if len(data) > limit:
+        fail(
+            f"{option} {source}: more than {limit} bytes, the limit ({setting}); pass a smaller input",
+            code=EXIT_USAGE,
+            json_mode=json_mode,
+        )
+    return data
+
+
+def _read_capped(file: BinaryIO, limit: int) -> bytes:
+    # One byte past the cap tells "exactly at the cap" from "over it".
+    parts: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        chunk = file.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
 
 
 def exec_command(
@@ -297,7 +279,17 @@ def exec_command(
         if checked_focus is None:
             fail(f"--focus-mode {focus_mode!r} is not one of: off, shadow, on", code=EXIT_USAGE, json_mode=json_mode)
     env_map = parse_env(env, json_mode=json_mode)
-    stdin_bytes = None if stdin is None else read_input(stdin, option="--stdin", json_mode=json_mode)
+    stdin_bytes = (
+        None
+        if stdin is None
+        else read_input(
+            stdin,
+            option="--stdin",
+            json_mode=json_mode,
+            limit=settings.bash.max_stdin_bytes,
+            setting="bash.max_stdin_bytes",
+        )
+    )
     where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)
     script = command_text(words)
     session_id: list[str] = []

@@ -5,7 +5,8 @@ JSON shapes (``--json``):
 * ``image build``: ``{"outcome": "ok", "image": {"name", "tag", "image_id", "action", "base", "base_action",
   "inputs_hash"}}`` where ``action`` is ``built``, ``skipped`` (up to date), ``present`` or ``pulled``;
 * ``image ls``: ``{"outcome": "ok", "images": [{"tags", "image_id", "size", "created", "kind", "inputs_hash"}]}``;
-* failures: ``{"outcome": "error", "error": "...", "exit_code": 125}`` (exit 125).
+* failures: ``{"outcome": "error", "error": "...", "exit_code": 2 | 125}``: 2 for bad input (a bad settings file, an
+  unknown image), 125 when the engine or a build failed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import TypeVar
 import trio
 import typer
 
-from executor.cli._common import EXIT_FAILURE, emit, fail, progress, state
-from executor.errors import ExecutorError
+from executor.cli._common import emit, progress, state
 from executor.sandbox.docker import DockerEngine, ImageBuildResult, ImageInfo, build_image, list_images
 
 app = typer.Typer(help="Build and list session images (offline: no registry needed).", no_args_is_help=True)
@@ -27,8 +27,7 @@ T = TypeVar("T")
 
 
 def _run(ctx: typer.Context, job: Callable[[DockerEngine], Awaitable[T]]) -> T:
-    st = state(ctx)
-    settings = st.settings()
+    settings = state(ctx).settings()
 
     async def main() -> T:
         engine = await DockerEngine.connect(settings.docker)
@@ -37,10 +36,7 @@ def _run(ctx: typer.Context, job: Callable[[DockerEngine], Awaitable[T]]) -> T:
         finally:
             await engine.aclose()
 
-    try:
-        return trio.run(main)
-    except ExecutorError as exc:
-        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
+    return trio.run(main)
 
 
 @app.command("build")

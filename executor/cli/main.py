@@ -8,12 +8,13 @@ from pathlib import Path
 import typer
 
 from executor.cli import agent_cmd, bg_cmd, config_cmd, demo_cmd, image_cmd, mcp_cmd, output_cmd, session_cmd
-from executor.cli._common import CliState
+from executor.cli._common import CliState, GuardedGroup
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
 from executor.cli.write_cmd import write_command
 
 app = typer.Typer(
+    cls=GuardedGroup,
     help="A sandboxed, container-backed executor for AI agents.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -37,8 +38,11 @@ def _root(
     ctx: typer.Context,
     config: Path | None = typer.Option(None, "--config", help="TOML settings file (else $EXECUTOR_CONFIG)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object (stable shapes)."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Also print the traceback when the executor fails (exit 125), for bug reports."
+    ),
 ) -> None:
-    ctx.obj = CliState(config=config, json=json_output)
+    ctx.obj = CliState(config=config, json=json_output, debug=debug)
 
 
 def hoist_json(argv: list[str]) -> list[str]:

@@ -15,9 +15,8 @@ from functools import partial
 import trio
 import typer
 
-from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, fail, state
+from executor.cli._common import EXIT_USAGE, fail, state
 from executor.config import Settings
-from executor.errors import ConfigError, ExecutorError
 from executor.gate.judge import api_key_from
 
 
@@ -45,22 +44,7 @@ def mcp(
     settings = st.settings()
     if transport is Transport.http and not settings.mcp.tokens:
         fail(str(no_tokens_error()), code=EXIT_USAGE, json_mode=st.json)
-    try:
-        trio.run(_serve, settings, transport, session, api_key_from(settings.gate.judge, os.environ))
-    except BaseException as exc:
-        leaf = _single(exc)
-        if isinstance(leaf, ConfigError):
-            fail(str(leaf), code=EXIT_USAGE, json_mode=st.json)
-        if isinstance(leaf, ExecutorError):
-            fail(str(leaf), code=EXIT_FAILURE, json_mode=st.json)
-        raise
-
-
-def _single(exc: BaseException) -> BaseException:
-    """The one exception inside nested single-member groups (trio wraps what a nursery raises)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+    trio.run(_serve, settings, transport, session, api_key_from(settings.gate.judge, os.environ))
 
 
 async def _serve(settings: Settings, transport: Transport, session: str | None, api_key: str | None) -> None:

@@ -38,7 +38,6 @@ import trio
 import typer
 
 from executor.cli._common import emit, state
-from executor.cli.exec_cmd import handle_error
 from executor.config import Settings
 from executor.errors import SessionNotFound
 from executor.gate.judge import api_key_from
@@ -86,10 +85,7 @@ def _run(
         async with open_output_reader(settings, session_id, api_key=api_key, surface="cli") as reader:
             return session_id, await job(reader)
 
-    try:
-        session_id, result = trio.run(main)
-    except BaseException as exc:
-        handle_error(exc, json_mode=json_mode)
+    session_id, result = trio.run(main)
     data = {
         "outcome": result.outcome,
         "exit_code": 0,

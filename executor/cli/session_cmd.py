@@ -13,8 +13,8 @@ JSON shapes (``--json``):
 * ``session stop ID``: ``{"outcome": "ok", "stopped": "s-..."}``;
 * ``session gc``: ``{"outcome": "ok", "removed": ["executor-s-...", "executor-s-...-workspace", ...],
   "kept": ["executor-s-...-workspace", ...]}``;
-* failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile, bad name,
-  unknown session), 125 when the engine or the sandbox failed.
+* failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image,
+  bad name, unknown session), 125 when the engine or the sandbox failed.
 
 ``SESSION`` is ``{"id", "name", "container_id", "image", "profile", "state", "created_at", "owner", "transport",
 "labels", "workspace_only"}`` (:class:`executor.sandbox.base.SessionInfo`).
@@ -29,8 +29,7 @@ from typing import TypeVar
 import trio
 import typer
 
-from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, emit, fail, progress, state
-from executor.errors import ConfigError, ExecutorError, SessionNotFound
+from executor.cli._common import emit, progress, state
 from executor.gate.judge import api_key_from
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
 from executor.session import open_executor
@@ -41,19 +40,13 @@ T = TypeVar("T")
 
 
 def _run(ctx: typer.Context, job: Callable[[Backend], Awaitable[T]]) -> T:
-    st = state(ctx)
-    settings = st.settings()
+    settings = state(ctx).settings()
 
     async def main() -> T:
         async with open_backend(settings) as backend:
             return await job(backend)
 
-    try:
-        return trio.run(main)
-    except (ConfigError, SessionNotFound, ValueError) as exc:
-        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
-    except ExecutorError as exc:
-        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
+    return trio.run(main)
 
 
 _ALL_HOMES = typer.Option(False, "--all", help="Every executor home's sessions, not only this home's.")
@@ -78,10 +71,7 @@ def start(
     """
     st = state(ctx)
     settings = st.settings()
-    try:
-        chosen = settings.profile(profile)
-    except ConfigError as exc:
-        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
+    chosen = settings.profile(profile)
     profile_name = profile or settings.default_profile
     shown = image or chosen.image
     progress(f"starting a session ({profile_name} profile, image {shown})", json_mode=st.json)
@@ -94,12 +84,7 @@ def start(
         ):
             return session.info
 
-    try:
-        info = trio.run(main)
-    except (ConfigError, SessionNotFound, ValueError) as exc:
-        raise fail(str(exc), code=EXIT_USAGE, json_mode=st.json) from exc
-    except ExecutorError as exc:
-        raise fail(str(exc), code=EXIT_FAILURE, json_mode=st.json) from exc
+    info = trio.run(main)
     emit({"outcome": "ok", "session": info.model_dump(mode="json")}, info.id, json_mode=st.json)
 
 

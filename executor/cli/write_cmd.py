@@ -44,7 +44,9 @@ def write_command(
     st = state(ctx)
     json_mode = st.json
     settings = st.settings()
-    content = read_input(source, option="--from", json_mode=json_mode)
+    content = read_input(
+        source, option="--from", json_mode=json_mode, limit=settings.write.max_bytes, setting="write.max_bytes"
+    )
     where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)
     session_id: list[str] = []
 

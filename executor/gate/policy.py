@@ -67,7 +67,6 @@ import hashlib
 import posixpath
 import re
 import shlex
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +74,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from executor.config import GateSettings, Profile
+from executor.config import GateSettings, Profile, parse_toml, read_toml_bytes
 from executor.errors import ConfigError
 from executor.gate.decision import strictest
 from executor.gate.env import ENV_CLASSES, EnvClass, classify_env, split_assignment
@@ -501,15 +500,12 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
             names the file, the rule and the example.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_toml_bytes(path)
     except FileNotFoundError:
         raise ConfigError(
             f"policy file {path} does not exist; check gate.policy_dir and the profile's policy"
         ) from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    data = parse_toml(raw, path=path)
     try:
         spec = _FileSpec.model_validate(data)
     except ValidationError as exc:

@@ -515,11 +515,19 @@ async def serve_stdio(settings: Settings, *, session_name: str | None = None, ap
         session_name: use this named session (attach or create) instead of one for the connection.
         api_key: the ``openai`` judge's key (the entry point reads it from the environment).
     """
+    from mcp.server.stdio import stdio_server
+
+    from executor.mcp.stdio import guarded_stdio
+
     async with (
         open_executor(settings, api_key=api_key, surface="mcp") as executor,
         open_surface(executor, transport="stdio", session_name=session_name) as surface,
+        guarded_stdio() as (stdin, stdout),
+        stdio_server(stdin, stdout) as (read_stream, write_stream),
     ):
-        await surface.server.run_stdio_async()
+        # MCPServer.run_stdio_async, on streams that answer invalid messages (executor/mcp/stdio.py).
+        lowlevel = surface.server._lowlevel_server
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 def _bind(host: str, port: int) -> str:

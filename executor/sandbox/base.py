@@ -103,7 +103,7 @@ class Backend(ABC):
         connection. On any failure (or cancellation) nothing is left behind.
 
         Raises:
-            ValueError: ``name`` is malformed or already used by a live session.
+            SessionRejected: ``name`` is malformed or already used by a live session.
             ImageError: the profile's image cannot be found, pulled or built.
             AgentError: the agent did not accept a connection within ``agent.connect_timeout_s``, or it exited.
             EngineUnavailable: no engine answers.

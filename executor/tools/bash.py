@@ -18,16 +18,28 @@ from executor.models import RunSpec
 __all__ = ["build_run_spec", "resolve_cwd"]
 
 
+def _check_utf8(text: str, what: str) -> None:
+    """Refuse text that cannot be sent as UTF-8 (undecodable bytes arrive as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CommandRejected(
+            f"{what} is not valid UTF-8 (an undecodable byte at character {exc.start}); pass text, and put binary "
+            "data in a file (write_file) or on stdin"
+        ) from None
+
+
 def resolve_cwd(cwd: str | None, profile: Profile) -> str:
     """The absolute working directory of a call: the workspace by default, relative paths inside it.
 
     Raises:
-        CommandRejected: the cwd has a NUL or newline.
+        CommandRejected: the cwd has a NUL or newline, or is not valid UTF-8.
     """
     if cwd is None or cwd == "":
         return profile.workspace
     if "\0" in cwd or "\n" in cwd:
         raise CommandRejected("cwd contains a NUL or newline; pass a plain directory path")
+    _check_utf8(cwd, "cwd")
     if cwd.startswith("/"):
         return cwd
     return f"{profile.workspace}/{cwd}"
@@ -58,7 +70,8 @@ def build_run_spec(
 
     Raises:
         CommandRejected: the command is empty or larger than ``max_command_bytes``, the timeout is not positive or
-            above ``max_timeout_ms``, stdin is larger than ``max_stdin_bytes``, or an env name is malformed.
+            above ``max_timeout_ms``, stdin is larger than ``max_stdin_bytes``, an env name is malformed, or the
+            command, the cwd or an env entry is not valid UTF-8.
     """
     size = len(command.encode("utf-8", "surrogateescape"))
     if not command.strip():
@@ -70,13 +83,16 @@ def build_run_spec(
         )
     if "\0" in command:
         raise CommandRejected("the command contains a NUL byte, which bash cannot receive; remove it")
+    _check_utf8(command, "the command")
     if stdin is not None and len(stdin) > settings.max_stdin_bytes:
         raise CommandRejected(
             f"stdin is {len(stdin)} bytes, above the {settings.max_stdin_bytes}-byte limit (bash.max_stdin_bytes)"
         )
-    for name in env or {}:
+    for name, value in (env or {}).items():
         if not name or "=" in name or "\0" in name:
             raise CommandRejected(f"environment name {name!r} is malformed; names are non-empty and have no '=' or NUL")
+        _check_utf8(name, "an environment name")
+        _check_utf8(value, f"the environment value of {name!r}")
     deadline: int | None = None
     if not background:
         deadline = settings.timeout_ms if timeout_ms is None else timeout_ms

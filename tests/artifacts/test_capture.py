@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
-from executor.artifacts import SessionArtifacts
+from executor.artifacts import ArtifactStore, SessionArtifacts
 from executor.errors import ArtifactError, StreamNotFound
-from executor.testing.artifacts import open_session, store_bytes
+from executor.ids import new_session_id
+from executor.testing.artifacts import artifact_settings, open_session, store_bytes
 
 
 def test_under_the_cap_everything_is_kept(session: SessionArtifacts) -> None:
@@ -135,3 +140,45 @@ def test_an_exception_finishes_the_capture_as_error(session: SessionArtifacts) -
         raise RuntimeError("boom")
     record = session.record(capture.artifact_id)
     assert record.status == "error" and record.streams["stdout"].bytes_total == 8
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs of its own (root only), unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, timeout=30, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=30, check=False)
+
+
+def test_a_full_disk_at_finish_keeps_the_wrapped_ring_readable(tiny_fs: Path) -> None:
+    """With no room to lay a wrapped stream out, finishing keeps its ring file in place: head and tail stay
+    readable with true line numbers, and nothing is counted that is not on disk."""
+    data = b"".join(b"line %06d\n" % i for i in range(1, 20_001))  # 12 bytes a line
+    with ArtifactStore.open(tiny_fs / "home", artifact_settings(capture_max_bytes=120_000)) as store:
+        session = store.session(new_session_id())
+        capture = session.begin(kind="test", streams=("output",))
+        for i in range(0, len(data), 4096):
+            capture.feed("output", data[i : i + 4096])
+        stats = os.statvfs(tiny_fs)
+        (tiny_fs / "filler").write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - 16 * 1024))
+        record = capture.finish(status="ok")
+        folder = tiny_fs / "home" / "sessions" / session.session_id / "artifacts" / record.id
+        assert sorted(p.name for p in folder.iterdir()) == ["output.idx", "output.part"]
+        info = record.streams["output"]
+        assert info.truncated and info.bytes_total == len(data) and info.bytes_stored == 120_000
+        head = session.read_output(record.id, start_line=1, line_count=2)
+        assert (head.start_line, head.text) == (1, "line 000001\nline 000002\n")
+        tail = session.read_output(record.id, start_line=19_999, line_count=5)
+        assert (tail.start_line, tail.text) == (19_999, "line 019999\nline 020000\n")
+        found = trio.run(lambda: session.search_output(record.id, pattern="line 0199[0-9]8", limit=20))
+        assert [m.line for m in found.matches] == [19_908 + 10 * k for k in range(10)]

@@ -20,6 +20,7 @@ deadline (``timeout_ms=None``) has no host bound but its caller's cancellation.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import AsyncIterator, Callable
@@ -280,6 +281,19 @@ class AgentClient:
                     answered = True
                 if not answered and self._broken is None:
                     self._unresponsive("a cancelled run's kill", budget)
+                raise
+            except Exception as exc:
+                if isinstance(exc, AgentError | SandboxLost):
+                    raise
+                # The sink refused the output (a full disk): the command must not run on unobserved; the agent
+                # kills its group. Its result is not awaited: it could only be fed to the same broken sink.
+                # A connection already gone cannot carry it; the agent's own deadline still bounds the run then.
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(_CANCEL_SLACK_S),
+                    contextlib.suppress(AgentError, SandboxLost),
+                ):
+                    await self._send(FrameType.CANCEL, fid)
                 raise
         finally:
             stdin_scope.cancel()

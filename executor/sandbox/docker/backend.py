@@ -13,7 +13,7 @@ from typing import Any, Final
 import trio
 
 from executor.config import Profile, Settings
-from executor.errors import AgentError, EngineError, SandboxLost, SessionNotFound, SessionUnhealthy
+from executor.errors import AgentError, EngineError, SandboxLost, SessionNotFound, SessionRejected, SessionUnhealthy
 from executor.ids import new_session_id, validate_session_id, validate_session_name
 from executor.sandbox.base import (
     Backend,
@@ -234,13 +234,13 @@ class DockerBackend(Backend):
             same = [s for s in await self.list_sessions() if s.name == name]
             live = [s for s in same if s.state not in ("exited", "dead")]
             if live:
-                raise ValueError(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
+                raise SessionRejected(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
             if same:
                 # A stopped named session (its container exited, or gc removed it) keeps its workspace: the new
                 # container is that session again, on the same volume, under the same id.
                 reuse = same[-1]
                 if (reuse.owner or None) != (owner or None):
-                    raise ValueError(f"session name {name!r} is kept for another owner; pick another name")
+                    raise SessionRejected(f"session name {name!r} is kept for another owner; pick another name")
         transport = self.transport_for(profile)
         await self.check_runtime(profile, profile_name)
         session_id = reuse.id if reuse is not None else new_session_id()

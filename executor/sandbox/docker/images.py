@@ -19,7 +19,6 @@ import json
 import re
 import tarfile
 import tempfile
-import tomllib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,8 +28,8 @@ import docker.errors as de
 import trio
 from pydantic import BaseModel, ConfigDict
 
-from executor.config import ImageSettings
-from executor.errors import ConfigError, ExecutorError, ImageError
+from executor.config import ImageSettings, read_toml
+from executor.errors import ConfigError, ExecutorError, ImageError, ImageNotFound
 from executor.sandbox.docker._engine import DockerEngine
 
 __all__ = [
@@ -144,11 +143,11 @@ def _bootstrap_spec(folder: Path) -> _Bootstrap | None:
     path = folder / "image.toml"
     if not path.is_file():
         return None
+    data = read_toml(path)
+    section = data.get("bootstrap")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        section = data.get("bootstrap")
         return None if section is None else _Bootstrap.model_validate(section)
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
+    except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
@@ -351,7 +350,7 @@ async def _build_image(
             else:
                 hint = f"no local image {name!r}"
             if not await _try_pull(engine, settings, name, say):
-                raise ImageError(f"{hint}; build or load it first (executor image ls shows what is there)")
+                raise ImageNotFound(f"{hint}; build or load it first (executor image ls shows what is there)")
             data = await _inspect(engine, name)
             action = "pulled"
             if data is None:
