@@ -332,7 +332,10 @@ async def open_output_reader(
     try:
         artifacts = store.session(session_id)
         journal = JournalWriter(
-            settings.home / "sessions" / session_id / "journal.ndjson", session_id=session_id, settings=settings.journal
+            settings.home / "sessions" / session_id / "journal.ndjson",
+            session_id=session_id,
+            settings=settings.journal,
+            key=load_journal_key(settings.home, create=True),
         )
         async with AsyncExitStack() as stack:
             chosen = (
