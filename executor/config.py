@@ -50,12 +50,16 @@ __all__ = [
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _CREDENTIAL_RE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 
 def parse_bytes(value: object) -> int:
-    """Parse a size: an integer number of bytes or a string such as ``"512m"``, ``"1GiB"``, ``"64k"``."""
+    """Parse a size: a number of bytes or a string such as ``"512m"``, ``"1GiB"``, ``"1.5g"``, ``"64k"``.
+
+    Units are binary (``k`` = 1024), as Docker reads them; a fraction is allowed with a unit and rounds down to a
+    whole byte (``"1.5g"`` is 1610612736), never without one (``"1.5"`` bytes is refused).
+    """
     if isinstance(value, bool):
         raise ValueError("a size must be a number of bytes or a string like '512m'")
     if isinstance(value, int):
@@ -64,7 +68,13 @@ def parse_bytes(value: object) -> int:
         match = _SIZE_RE.match(value)
         if match is None:
             raise ValueError(f"{value!r} is not a size; write bytes or a number with k, m, g or t, like '512m'")
-        return int(match.group(1)) * _UNITS[match.group(2).lower()]
+        number, unit = match.group(1), match.group(2).lower()
+        if "." in number and not unit:
+            raise ValueError(f"{value!r} is not a whole number of bytes; give a unit ('1.5g') or whole bytes")
+        whole, _, fraction = number.partition(".")
+        scale = _UNITS[unit]
+        # Exact integer arithmetic: float('1.1') * 1024**4 would be off by a few bytes.
+        return int(whole) * scale + (int(fraction) * scale // 10 ** len(fraction) if fraction else 0)
     raise ValueError("a size must be a number of bytes or a string like '512m'")
 
 
@@ -565,11 +575,19 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     return layer
 
 
+def _plain_message(message: str) -> str:
+    """Pydantic prefixes a validator's own words with ``Value error, ``; the reader needs only the words."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
+
+
 def _format_validation(error: ValidationError, origin: str) -> str:
     lines = [f"{origin}: {error.error_count()} invalid setting(s):"]
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = item["msg"]
+        message = _plain_message(item["msg"])
         if item["type"] == "extra_forbidden":
             message = "unknown setting; check the spelling against 'executor config show'"
         lines.append(f"  {where}: {message}")
