@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import platformdirs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -29,6 +29,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from executor.errors import ConfigError
 
 __all__ = [
+    "SHIPPED_IMAGES",
+    "SHIPPED_POLICIES",
     "AgentSettings",
     "ArtifactSettings",
     "BashSettings",
@@ -83,6 +85,18 @@ Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 
 _MIB = 1024**2
 
+SHIPPED_IMAGES: Final = _REPO_ROOT / "images"
+"""The image folders that ship with the executor (searched after ``images.images_dir``)."""
+SHIPPED_POLICIES: Final = _REPO_ROOT / "policy"
+"""The policy files that ship with the executor (searched after ``gate.policy_dir``)."""
+
+
+def _search_path(operator: Path | None, shipped: Path) -> tuple[Path, ...]:
+    folders = [] if operator is None else [operator]
+    if shipped.is_dir() and shipped not in folders:
+        folders.append(shipped)
+    return tuple(folders)
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -114,8 +128,9 @@ class DockerSettings(_Section):
 class ImageSettings(_Section):
     """Where session images come from and how they are built offline."""
 
-    images_dir: Path = _REPO_ROOT / "images"
-    """Folder holding one sub-folder (a Dockerfile and its files) per buildable image."""
+    images_dir: Path | None = None
+    """An operator's folder of images (one sub-folder with a Dockerfile per image), searched before the shipped
+    ``images/``: a name found in both is the operator's; unset means the shipped images only."""
     bootstrap: Literal["auto", "mmdebstrap", "debootstrap"] = "auto"
     """Tool that builds a Debian root filesystem when no base image is local or pullable; ``auto`` tries
     mmdebstrap, then debootstrap."""
@@ -127,6 +142,11 @@ class ImageSettings(_Section):
     """Upper bound of one pull attempt, in seconds; past it the pull is abandoned (then bootstrapped)."""
     build_timeout_s: float = Field(1800.0, gt=0, le=7200)
     """Upper bound for bootstrapping and building one image, in seconds."""
+
+    @property
+    def search_path(self) -> tuple[Path, ...]:
+        """Folders searched for an image folder, the operator's first, then the shipped ``images/``."""
+        return _search_path(self.images_dir, SHIPPED_IMAGES)
 
 
 class AgentSettings(_Section):
@@ -275,8 +295,9 @@ class CacheSettings(_Section):
 class GateSettings(_Section):
     """Static policy, judgment and approvals."""
 
-    policy_dir: Path = _REPO_ROOT / "policy"
-    """Folder of policy TOML files; a profile names one by its stem."""
+    policy_dir: Path | None = None
+    """An operator's folder of policy TOML files, searched before the shipped ``policy/``; a profile names a policy
+    by its stem, and a stem found in both is the operator's. Unset means the shipped policies only."""
     trust: int = Field(1, ge=0, le=3)
     """Trust level N over judged levels (0 none, 1 risk, 2 danger, 3 catastrophic): 0 asks on risk or any flag
     and denies danger, 1 asks on risk and denies danger, 2 allows risk and asks on danger, 3 allows up to danger;
@@ -285,6 +306,11 @@ class GateSettings(_Section):
     """The judge provider."""
     cache: CacheSettings = CacheSettings()
     """The answer cache."""
+
+    @property
+    def policy_search_path(self) -> tuple[Path, ...]:
+        """Folders searched for a policy file, the operator's first, then the shipped ``policy/``."""
+        return _search_path(self.policy_dir, SHIPPED_POLICIES)
 
 
 class FocusSettings(_Section):

@@ -9,6 +9,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
     │   ├── ImageError                        an image could not be found, bootstrapped or built
+    │   │   └── ImageNotFound (LookupError)   no image folder or local image of that name (bad input)
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
     │   ├── SandboxLost                       the session's container went away mid-action
     │   └── AgentError                        the in-container agent
@@ -63,6 +64,7 @@ __all__ = [
     "ExecutorError",
     "GateError",
     "ImageError",
+    "ImageNotFound",
     "JournalCorrupt",
     "JournalError",
     "JudgeError",
@@ -103,6 +105,10 @@ class EngineError(SandboxError):
 
 class ImageError(SandboxError):
     """An image could not be found, bootstrapped or built."""
+
+
+class ImageNotFound(ImageError, LookupError):
+    """No image folder and no local image has that name: bad input, with the known names in the message."""
 
 
 class SessionNotFound(SandboxError, LookupError):

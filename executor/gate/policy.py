@@ -358,6 +358,33 @@ def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str) -> PathRu
     )
 
 
+def _rule_line(text: str, table: str, index: int) -> int:
+    """The 1-based line of the ``index``-th ``[[table]]`` header in ``text`` (0 when it is not written that way)."""
+    header = re.compile(rf"^[ \t]*\[\[[ \t]*{table}[ \t]*\]\]", re.MULTILINE)
+    for seen, match in enumerate(header.finditer(text)):
+        if seen == index:
+            return text.count("\n", 0, match.start()) + 1
+    return 0
+
+
+def _describe_problem(path: Path, text: str, data: object, loc: tuple[int | str, ...], message: str) -> str:
+    """One validation problem, naming the rule by its name and the file line of its table, not by an index."""
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    if message == "Extra inputs are not permitted":
+        message = f"unknown field {loc[-1]!r}; rule fields are name, decision, justification, examples and the matchers"
+    if len(loc) >= 2 and loc[0] in ("command", "path") and isinstance(loc[1], int) and isinstance(data, dict):
+        table, index = str(loc[0]), loc[1]
+        rules = data.get(table)
+        rule = rules[index] if isinstance(rules, list) and index < len(rules) else None
+        name = rule.get("name") if isinstance(rule, dict) else None
+        label = f"{table} rule {name!r}" if isinstance(name, str) else f"{table} rule #{index + 1} (no name)"
+        field = ".".join(str(part) for part in loc[2:]) or "(the rule)"
+        return f"  {path}:{_rule_line(text, table, index)}: {label}: {field}: {message}"
+    field = ".".join(str(part) for part in loc) or "(top level)"
+    return f"  {path}: {field}: {message}"
+
+
 def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home/agent") -> Policy:
     """Load, compile and example-check one policy file.
 
@@ -381,16 +408,17 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    text = raw.decode("utf-8")
     try:
         spec = _FileSpec.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in exc.errors())
-        raise ConfigError(f"{path}: invalid policy: {problems}") from exc
+        problems = [_describe_problem(path, text, data, item["loc"], item["msg"]) for item in exc.errors()]
+        raise ConfigError(f"{path}: invalid policy ({len(problems)} problem(s)):\n" + "\n".join(problems)) from exc
     names: set[str] = set()
     command_rules: list[CommandRule] = []
     path_rules: list[PathRule] = []
-    for command_spec in spec.command:
-        where = f"{path}: command rule {command_spec.name!r}"
+    for index, command_spec in enumerate(spec.command):
+        where = f"{path}:{_rule_line(text, 'command', index)}: command rule {command_spec.name!r}"
         if command_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(command_spec.name)
@@ -402,8 +430,8 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
             if rule.matches(example):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.no_match but matches")
         command_rules.append(rule)
-    for path_spec in spec.path:
-        where = f"{path}: path rule {path_spec.name!r}"
+    for index, path_spec in enumerate(spec.path):
+        where = f"{path}:{_rule_line(text, 'path', index)}: path rule {path_spec.name!r}"
         if path_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(path_spec.name)
@@ -427,14 +455,26 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
 
 
 def policy_path(settings: GateSettings, name: str) -> Path:
-    """The file of policy ``name`` under ``settings.policy_dir``.
+    """The file of policy ``name``: the first ``<name>.toml`` on the search path (the operator's ``gate.policy_dir``,
+    then the shipped ``policy/``).
 
     Raises:
-        ConfigError: ``name`` is not a plain file stem (a separator or a leading dot would leave the folder).
+        ConfigError: ``name`` is not a plain file stem (a separator or a leading dot would leave the folder), or no
+            folder on the search path holds it; the message lists the folders and the policies they hold.
     """
     if not _POLICY_NAME.match(name):
         raise ConfigError(f"policy name {name!r} must be a file stem like 'default' (letters, digits, '_', '-', '.')")
-    return settings.policy_dir / f"{name}.toml"
+    folders = settings.policy_search_path
+    for folder in folders:
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    known = sorted({p.stem for folder in folders for p in folder.glob("*.toml")})
+    searched = ", ".join(str(folder) for folder in folders) or "(no policy folder)"
+    raise ConfigError(
+        f"no policy named {name!r} in {searched}; known policies: {', '.join(known) or 'none'} "
+        "(set the profile's 'policy' to one of them, or add the file to gate.policy_dir)"
+    )
 
 
 def load_profile_policy(settings: GateSettings, profile: Profile) -> Policy:

@@ -9,9 +9,14 @@ from executor.sandbox.docker.hardening import AGENT_CAPS, container_kwargs, pinn
 from executor.sandbox.docker.images import (
     ImageBuildResult,
     ImageInfo,
+    PruneResult,
     build_image,
     ensure_image,
+    folder_tag,
+    image_folder,
     list_images,
+    prune_images,
+    remove_image,
 )
 
 __all__ = [
@@ -20,9 +25,14 @@ __all__ = [
     "DockerEngine",
     "ImageBuildResult",
     "ImageInfo",
+    "PruneResult",
     "build_image",
     "container_kwargs",
     "ensure_image",
+    "folder_tag",
+    "image_folder",
     "list_images",
     "pinned_seccomp",
+    "prune_images",
+    "remove_image",
 ]
