@@ -52,6 +52,7 @@ __all__ = [
     "folder_names",
     "folder_tag",
     "host_suite",
+    "image_exists",
     "image_folder",
     "list_images",
     "prune_images",
@@ -210,6 +211,11 @@ async def _inspect(engine: DockerEngine, ref: str) -> dict[str, Any] | None:
             return None
         raise
     return data
+
+
+async def image_exists(engine: DockerEngine, ref: str) -> bool:
+    """Whether the engine has image ``ref`` locally (no pull)."""
+    return await _inspect(engine, ref) is not None
 
 
 def _labels(data: dict[str, Any]) -> dict[str, str]:
