@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import platformdirs
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from executor.errors import ConfigError
@@ -31,6 +31,7 @@ from executor.errors import ConfigError
 __all__ = [
     "SHIPPED_IMAGES",
     "SHIPPED_POLICIES",
+    "SHIPPED_PROFILES",
     "AgentSettings",
     "ArtifactSettings",
     "BashSettings",
@@ -404,7 +405,9 @@ class Profile(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for the container; credential-shaped names are refused (secrets never enter a sandbox)."""
     policy: str = "default"
-    """Stem of the policy file under the gate's ``policy_dir``."""
+    """Name (file stem) of the profile's policy: found in ``gate.policy_dir`` first, then in the shipped ``policy/``."""
+    trust: int | None = Field(None, ge=0, le=3)
+    """Trust level for this profile's sessions (see ``gate.trust``); unset means ``gate.trust``."""
     privileged: bool = False
     """Never allowed; present only so that asking for it fails loudly."""
     pid_mode: str = "private"
@@ -495,6 +498,13 @@ class Profile(_Section):
         return int(self.user.split(":")[1])
 
 
+SHIPPED_PROFILES: Final[Mapping[str, Profile]] = {
+    "default": Profile(),
+    "ci": Profile(policy="ci", trust=2),
+}
+"""Profiles that ship with the executor; an operator's profile of the same name replaces one."""
+
+
 def _default_home() -> Path:
     return Path(platformdirs.user_state_dir("executor"))
 
@@ -514,8 +524,9 @@ class Settings(BaseSettings):
     """State folder: per-session artifacts, the SQLite index, journals, agent binaries and sockets."""
     default_profile: str = "default"
     """Profile used when a session names none."""
-    profiles: dict[str, Profile] = Field(default_factory=lambda: {"default": Profile()})
-    """Named profiles; ``default`` always exists (the hardened defaults unless overridden)."""
+    profiles: dict[str, Profile] = Field(default_factory=lambda: dict(SHIPPED_PROFILES))
+    """Named profiles. The shipped ones always exist unless a profile of the same name replaces them: ``default``
+    (the hardened defaults) and ``ci`` (unattended pipelines in a throwaway session: the ``ci`` policy at trust 2)."""
     backend: str = Field("docker", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
     """Sandbox backend, by its registered name (``docker``); an unknown name fails when a backend is opened, with
     the known names."""
@@ -542,10 +553,18 @@ class Settings(BaseSettings):
 
     @field_validator("profiles")
     @classmethod
-    def _default_profile_exists(cls, value: dict[str, Profile]) -> dict[str, Profile]:
-        if "default" not in value:
-            value = {"default": Profile(), **value}
-        return value
+    def _shipped_profiles_exist(cls, value: dict[str, Profile]) -> dict[str, Profile]:
+        return {**SHIPPED_PROFILES, **value}
+
+    @model_validator(mode="after")
+    def _default_profile_is_known(self) -> Settings:
+        if self.default_profile not in self.profiles:
+            known = ", ".join(sorted(self.profiles))
+            raise ValueError(
+                f"default_profile {self.default_profile!r} names no profile; known profiles: {known} "
+                f"(define [profiles.{self.default_profile}] or pick a known one)"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -559,6 +578,12 @@ class Settings(BaseSettings):
         # load_settings() merges the sources itself so that precedence is explicit and testable;
         # the model only validates what it is given.
         return (init_settings,)
+
+    def gate_for(self, profile: Profile) -> GateSettings:
+        """The gate section as it applies to ``profile``'s sessions (its own trust level, when it sets one)."""
+        if profile.trust is None:
+            return self.gate
+        return self.gate.model_copy(update={"trust": profile.trust})
 
     def profile(self, name: str | None = None) -> Profile:
         """Return the named profile (the default one for None); ConfigError names the known ones."""

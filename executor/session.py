@@ -1045,7 +1045,8 @@ class Executor:
 
     @asynccontextmanager
     async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
-        gate = Gate(self.settings.gate, policy=policy, judge=self.judge, cache=self.cache)
+        gate_settings = self.settings.gate_for(profile)
+        gate = Gate(gate_settings, policy=policy, judge=self.judge, cache=self.cache)
         stream = await self.backend.connect(info.id)
         journal = JournalWriter(
             self.settings.home / "sessions" / info.id / "journal.ndjson",
@@ -1059,7 +1060,7 @@ class Executor:
             handshake_timeout_s=self.settings.agent.connect_timeout_s,
         ) as client:
             with journal:
-                journal.emit(SessionOpened(profile=info.profile, trust=self.settings.gate.trust, policy=profile.policy))
+                journal.emit(SessionOpened(profile=info.profile, trust=gate_settings.trust, policy=profile.policy))
                 reason = "closed"
                 try:
                     async with trio.open_nursery() as nursery:

@@ -102,7 +102,7 @@ def test_missing_and_malformed_files_say_what_to_do(tmp_path: Path) -> None:
 
 def test_unknown_profile_lists_the_known_ones() -> None:
     """Asking for a profile that does not exist names the ones that do."""
-    with pytest.raises(ConfigError, match=r"no profile named 'gpu'; known profiles: default"):
+    with pytest.raises(ConfigError, match=r"no profile named 'gpu'; known profiles: ci, default"):
         load_settings().profile("gpu")
 
 

@@ -44,7 +44,7 @@ import posixpath
 import re
 import shlex
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -102,6 +102,8 @@ class _PathSpec(_RuleSpec):
 
 class _FileSpec(_Spec):
     description: str = ""
+    extends: str | None = None
+    without: list[str] = []
     command: list[_CommandSpec] = []
     path: list[_PathSpec] = []
 
@@ -208,6 +210,8 @@ class CommandRule:
     argv_patterns: tuple[tuple[str, ...], ...]
     regexes: tuple[re.Pattern[str], ...]
     unless: tuple[re.Pattern[str], ...]
+    origin: str = ""
+    """The name of the policy file that defines the rule."""
 
     def matches(self, command: str, parsed: ParsedCommand | None = None) -> bool:
         """True when this rule applies to ``command``."""
@@ -241,6 +245,8 @@ class PathRule:
     globs: tuple[re.Pattern[str], ...]
     outside: str | None
     unless: tuple[re.Pattern[str], ...]
+    origin: str = ""
+    """The name of the policy file that defines the rule."""
 
     def matches(self, path: str) -> bool:
         """True when this rule applies to the resolved absolute ``path``."""
@@ -272,6 +278,13 @@ class Policy:
     """The workspace ``{workspace}`` was filled with."""
     home: str = "/home/agent"
     """The home folder ``{home}`` was filled with."""
+    source: str = ""
+    """The file it was loaded from (and, after ``<``, the files it extends), for messages that say what to edit."""
+
+    def rule_file(self, rule: str) -> str:
+        """The name of the policy file that defines ``rule`` (this file, or one it extends)."""
+        origins = {r.name: r.origin for r in self.command_rules} | {r.name: r.origin for r in self.path_rules}
+        return origins.get(rule) or f"{self.name}.toml"
 
     def evaluate(self, action: BashAction | WriteAction) -> StaticVerdict:
         """The static verdict for ``action``: the strictest matching rule, or None when nothing matched."""
@@ -326,7 +339,7 @@ def _split_words(where: str, text: str) -> tuple[str, ...]:
     return words
 
 
-def _command_rule(where: str, spec: _CommandSpec) -> CommandRule:
+def _command_rule(where: str, spec: _CommandSpec, origin: str) -> CommandRule:
     if not (spec.prefix or spec.argv or spec.regex):
         raise ConfigError(f"{where}: needs at least one of 'prefix', 'argv' or 'regex'")
     return CommandRule(
@@ -337,10 +350,11 @@ def _command_rule(where: str, spec: _CommandSpec) -> CommandRule:
         argv_patterns=tuple(_split_words(where, text) for text in spec.argv),
         regexes=_compile_regexes(where, spec.regex),
         unless=_compile_regexes(where, spec.unless_regex),
+        origin=origin,
     )
 
 
-def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str) -> PathRule:
+def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str, origin: str) -> PathRule:
     if not (spec.glob or spec.outside):
         raise ConfigError(f"{where}: needs 'glob' or 'outside'")
     outside = None
@@ -355,6 +369,7 @@ def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str) -> PathRu
         globs=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.glob),
         outside=outside,
         unless=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.unless_glob),
+        origin=origin,
     )
 
 
@@ -385,13 +400,25 @@ def _describe_problem(path: Path, text: str, data: object, loc: tuple[int | str,
     return f"  {path}: {field}: {message}"
 
 
-def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home/agent") -> Policy:
+def load_policy(
+    path: Path,
+    *,
+    workspace: str = "/workspace",
+    home: str = "/home/agent",
+    resolve: Callable[[str], Path] | None = None,
+    _chain: tuple[Path, ...] = (),
+) -> Policy:
     """Load, compile and example-check one policy file.
 
     Args:
         path: the TOML file.
         workspace: replaces ``{workspace}`` in path rules and their examples.
         home: replaces ``{home}`` in path rules and their examples.
+        resolve: finds the file of a policy named by ``extends`` (the profile loader passes the search path's);
+            None resolves it beside ``path``.
+
+    A file may build on another: ``extends = "default"`` takes every rule of that policy, ``without = [names]``
+    leaves some of them out, and the file's own rules are added (a name may not repeat one that is kept).
 
     Raises:
         ConfigError: the file is missing, not TOML, has an unknown or invalid field, a duplicate rule name,
@@ -417,12 +444,24 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
     names: set[str] = set()
     command_rules: list[CommandRule] = []
     path_rules: list[PathRule] = []
+    base: Policy | None = None
+    if spec.extends is not None:
+        base = _load_base(path, spec.extends, resolve, (*_chain, path), workspace=workspace, home=home)
+        kept_names = {rule.name for rule in base.command_rules} | {rule.name for rule in base.path_rules}
+        unknown = sorted(set(spec.without) - kept_names)
+        if unknown:
+            raise ConfigError(f"{path}: without names no rule of {spec.extends!r}: {', '.join(unknown)}")
+        command_rules = [rule for rule in base.command_rules if rule.name not in spec.without]
+        path_rules = [rule for rule in base.path_rules if rule.name not in spec.without]
+        names = {rule.name for rule in command_rules} | {rule.name for rule in path_rules}
+    elif spec.without:
+        raise ConfigError(f"{path}: 'without' needs 'extends' (it leaves out rules of the extended policy)")
     for index, command_spec in enumerate(spec.command):
         where = f"{path}:{_rule_line(text, 'command', index)}: command rule {command_spec.name!r}"
         if command_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(command_spec.name)
-        rule = _command_rule(where, command_spec)
+        rule = _command_rule(where, command_spec, path.name)
         for example in command_spec.examples.match:
             if not rule.matches(example):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.match but does not match")
@@ -435,7 +474,7 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
         if path_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(path_spec.name)
-        path_rule = _path_rule(where, path_spec, workspace, home)
+        path_rule = _path_rule(where, path_spec, workspace, home, path.name)
         for example in path_spec.examples.match:
             if not path_rule.matches(_fill(example, workspace, home)):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.match but does not match")
@@ -443,15 +482,36 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
             if path_rule.matches(_fill(example, workspace, home)):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.no_match but matches")
         path_rules.append(path_rule)
+    digest = hashlib.sha256(raw)
+    if base is not None:
+        digest.update(bytes.fromhex(base.sha256))  # the extended file's rules are part of what applies
     return Policy(
         name=path.stem,
-        sha256=hashlib.sha256(raw).hexdigest(),
+        sha256=digest.hexdigest(),
         description=spec.description,
         command_rules=tuple(command_rules),
         path_rules=tuple(path_rules),
         workspace=workspace.rstrip("/") or "/",
         home=home.rstrip("/") or "/",
+        source=str(path) if base is None else f"{path} < {base.source}",
     )
+
+
+def _load_base(
+    path: Path,
+    name: str,
+    resolve: Callable[[str], Path] | None,
+    chain: tuple[Path, ...],
+    *,
+    workspace: str,
+    home: str,
+) -> Policy:
+    if not _POLICY_NAME.match(name):
+        raise ConfigError(f"{path}: extends {name!r} must be a policy name like 'default'")
+    base_path = resolve(name) if resolve is not None else path.with_name(f"{name}.toml")
+    if base_path in chain or len(chain) > 8:
+        raise ConfigError(f"{path}: extends {name!r} makes a cycle ({' -> '.join(p.name for p in chain)})")
+    return load_policy(base_path, workspace=workspace, home=home, resolve=resolve, _chain=chain)
 
 
 def policy_path(settings: GateSettings, name: str) -> Path:
@@ -478,5 +538,10 @@ def policy_path(settings: GateSettings, name: str) -> Path:
 
 
 def load_profile_policy(settings: GateSettings, profile: Profile) -> Policy:
-    """Load the policy a profile names, with its workspace and home filled in."""
-    return load_policy(policy_path(settings, profile.policy), workspace=profile.workspace, home=profile.home)
+    """Load the policy a profile names (and what it extends, on the same search path), workspace and home filled."""
+    return load_policy(
+        policy_path(settings, profile.policy),
+        workspace=profile.workspace,
+        home=profile.home,
+        resolve=lambda name: policy_path(settings, name),
+    )
