@@ -32,23 +32,24 @@ def test_a_new_image_and_profile_from_an_operators_folders(home: Path, tmp_path:
         '[profiles.opdata]\nimage = "opdata"\npolicy = "opdata"\nmemory = "1.5g"\npids = 256\n'
     )
     try:
-        checked = cli(home, "--config", str(config), "config", "check", str(config))
+        op = ("--config", str(config))
+        checked = cli(home, *op, "config", "check", str(config))
         assert checked.code == 0, checked.stderr
         denied = cli(
             home, "--config", str(config), "--json", "policy", "test", "--profile", "opdata", "--", "curl", "x"
         )
         assert denied.json()["decision"] == "deny"
         assert denied.json()["matches"][0]["rule"] == "no-network-tools"
-        kill = cli(home, "--config", str(config), "--json", "policy", "test", "--profile", "opdata", "--", "pkill", "x")
+        kill = cli(home, *op, "--json", "policy", "test", "--profile", "opdata", "--", "pkill", "x")
         assert [m["rule"] for m in kill.json()["matches"]] == []
-        hooks = cli(home, "--config", str(config), "policy", "test", "--profile", "opdata", "--write", ".git/hooks/x")
+        hooks = cli(home, *op, "policy", "test", "--profile", "opdata", "--write", ".git/hooks/x")
         assert "rule 'git-hooks' (path, deny)" in hooks.stdout
         ran = cli(
             home, "--config", str(config), "--json", "exec", "--profile", "opdata", "--", "cat /etc/opdata-marker"
         )
         assert ran.code == 0, ran.stdout + ran.stderr
         assert "operator image" in ran.json()["text"]
-        shipped = cli(home, "--config", str(config), "--json", "exec", "--", "test -e /etc/opdata-marker || echo plain")
+        shipped = cli(home, *op, "--json", "exec", "--", "test -e /etc/opdata-marker || echo plain")
         assert shipped.code == 0 and "plain" in shipped.json()["text"]
     finally:
         subprocess.run(["docker", "rmi", "-f", "executor/opdata:latest"], capture_output=True, timeout=60, check=False)
