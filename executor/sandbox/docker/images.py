@@ -640,35 +640,74 @@ async def ensure_agent_image(engine: DockerEngine, image: str, agent_binary: Pat
     return tag
 
 
+async def _own_labels(
+    engine: DockerEngine, labels: dict[str, str], parent: str, cache: dict[str, dict[str, Any] | None]
+) -> dict[str, str]:
+    """The executor's labels an image's own build set.
+
+    Labels are inherited, so an operator's image built FROM a session image carries ours too. The build's own
+    labels are those that differ from the labels of the image it was built FROM: the first tagged ancestor (the
+    untagged parents in between are the build's own intermediate steps).
+    """
+    ours = {key: value for key, value in labels.items() if key in _OURS}
+    inherited: dict[str, str] = {}
+    for _ in range(256):  # a bound on the chain walk; Dockerfiles have far fewer steps
+        if not parent or not ours:
+            break
+        if parent not in cache:
+            cache[parent] = await _inspect(engine, parent)
+        data = cache[parent]
+        if data is None:
+            break
+        if data.get("RepoTags"):
+            inherited = _labels(data)
+            break
+        parent = str(data.get("Parent") or "")
+    return {key: value for key, value in ours.items() if inherited.get(key) != value}
+
+
+def _kind(own: dict[str, str]) -> Literal["session", "base", "agent"] | None:
+    if LABEL_AGENT in own:
+        return "agent"
+    if LABEL_IMAGE in own:
+        return "session"
+    if LABEL_BOOTSTRAP in own:
+        return "base"
+    return None
+
+
 async def list_images(engine: DockerEngine) -> list[ImageInfo]:
     """Images of ours: built session images, bootstrapped bases and derived agent images.
+
+    An image is ours by a label it set itself; images that only inherited one (built FROM ours by someone else) are
+    not listed.
 
     Raises:
         EngineUnavailable: the engine stopped answering.
     """
-    found: dict[str, ImageInfo] = {}
-    kinds: tuple[tuple[str, Literal["session", "base", "agent"]], ...] = (
-        (LABEL_IMAGE, "session"),
-        (LABEL_BOOTSTRAP, "base"),
-        (LABEL_AGENT, "agent"),
-    )
-    for label, kind in kinds:
-        rows = await _images_with_label(engine, label)
-        for row in rows:
-            labels = row.get("Labels") or {}
-            found.setdefault(
-                row["Id"],
-                ImageInfo(
-                    tags=tuple(row.get("RepoTags") or ()),
-                    image_id=row["Id"],
-                    size=int(row.get("Size") or 0),
-                    created=datetime.fromtimestamp(int(row.get("Created") or 0), UTC).isoformat(),
-                    kind=kind,
-                    inputs_hash=labels.get(LABEL_INPUTS),
-                    derived_from=labels.get(LABEL_AGENT_FROM),
-                ),
+    rows: dict[str, dict[str, Any]] = {}
+    for label in _OURS:
+        for row in await _images_with_label(engine, label):
+            rows.setdefault(str(row["Id"]), row)
+    parents: dict[str, dict[str, Any] | None] = {}
+    found: list[ImageInfo] = []
+    for image_id, row in rows.items():
+        labels = dict(row.get("Labels") or {})
+        kind = _kind(await _own_labels(engine, labels, str(row.get("ParentId") or ""), parents))
+        if kind is None:
+            continue
+        found.append(
+            ImageInfo(
+                tags=tuple(tag for tag in row.get("RepoTags") or () if tag != "<none>:<none>"),
+                image_id=image_id,
+                size=int(row.get("Size") or 0),
+                created=datetime.fromtimestamp(int(row.get("Created") or 0), UTC).isoformat(),
+                kind=kind,
+                inputs_hash=labels.get(LABEL_INPUTS),
+                derived_from=labels.get(LABEL_AGENT_FROM),
             )
-    return sorted(found.values(), key=lambda info: (info.kind, info.tags))
+        )
+    return sorted(found, key=lambda info: (info.kind, info.tags))
 
 
 async def _images_with_label(engine: DockerEngine, label: str) -> list[dict[str, Any]]:
@@ -758,7 +797,7 @@ async def remove_image(engine: DockerEngine, ref: str) -> ImageInfo:
     if data is None:
         raise ImageNotFound(f"no image {ref!r}; executor image ls lists the executor's images")
     labels = _labels(data)
-    if not any(label in labels for label in _OURS):
+    if _kind(await _own_labels(engine, labels, str(data.get("Parent") or ""), {})) is None:
         raise ImageNotFound(
             f"{ref!r} is not one of the executor's images (it has none of its labels); "
             "the executor removes only its own: use docker rmi for others"

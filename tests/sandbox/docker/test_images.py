@@ -154,3 +154,44 @@ async def test_a_step_that_needs_the_network_fails_with_its_output_and_the_hint(
     assert "hint: image builds run with no network" in message and "image.toml" in message
     log = re.search(r"full log: (\S+)", message)
     assert log is not None and "Step 3/3" in await trio.Path(log.group(1)).read_text()
+
+
+async def test_ls_rm_and_prune_touch_only_the_executors_own_images(base_image: str, tmp_path: Path) -> None:
+    """An earlier build is stale and pruned; the current one stays; an operator's image FROM ours is never ours."""
+    folder = tmp_path / "images" / "prunable"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(f"FROM {base_image}\nCOPY note /note\n")
+    (folder / "note").write_text("one\n")
+    settings = ImageSettings(images_dir=tmp_path / "images", try_pull=False)
+    child_tag = f"executor-test/child-{tmp_path.name[-12:].lower()}:1"
+    engine = await _engine()
+    try:
+        with trio.fail_after(180):
+            first = await build_image(engine, settings, "prunable")
+            (folder / "note").write_text("two\n")
+            second = await build_image(engine, settings, "prunable")
+            child = await trio.run_process(
+                ["docker", "build", "-q", "--network", "none", "-t", child_tag, "-"],
+                stdin=f"FROM {base_image}\nRUN echo operator > /op\n".encode(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert child.returncode == 0, child.stderr
+            listed = {info.image_id: info for info in await list_images(engine)}
+            stale = {info.image_id for info in await images_module.stale_images(engine, settings, in_use=set())}
+            with pytest.raises(ImageNotFound, match=r"is not one of the executor's images"):
+                await images_module.remove_image(engine, child_tag)
+            pruned = await images_module.prune_images(engine, settings, in_use=set())
+            after = {info.image_id for info in await list_images(engine)}
+            child_still_there = await images_module.image_exists(engine, child_tag)
+    finally:
+        await trio.run_process(["docker", "rmi", "-f", child_tag, "executor/prunable:latest"], check=False)
+        await engine.aclose()
+    assert listed[first.image_id].kind == "session" and listed[first.image_id].tags == ()
+    assert listed[second.image_id].tags == ("executor/prunable:latest",)
+    assert not any(child_tag in info.tags for info in listed.values())
+    assert first.image_id in stale and second.image_id not in stale
+    assert first.image_id in {info.image_id for info in pruned.removed}
+    assert first.image_id not in after and second.image_id in after
+    assert child_still_there
