@@ -195,3 +195,19 @@ async def test_ls_rm_and_prune_touch_only_the_executors_own_images(base_image: s
     assert first.image_id in {info.image_id for info in pruned.removed}
     assert first.image_id not in after and second.image_id in after
     assert child_still_there
+
+
+async def test_a_long_host_step_streams_its_lines_with_elapsed_time_and_keeps_a_log(tmp_path: Path) -> None:
+    """Each line of the bootstrap's output reaches progress as it comes, and the whole output lands in the log."""
+    lines: list[str] = []
+    log = images_module._Log(tmp_path / "logs", "demo")
+    script = "for i in 1 2 3; do echo step $i >&2; done; echo last words >&2; exit 7"
+    with trio.fail_after(30):
+        code, tail = await images_module._run_logged(["bash", "-c", script], log, lines.append)
+    log.close()
+    assert code == 7
+    assert tail[-1] == "last words" and tail[0] == "step 1"
+    assert [re.sub(r"^\s*\[\s*\d+s\] ", "", line) for line in lines] == ["step 1", "step 2", "step 3", "last words"]
+    assert log.path is not None
+    kept = log.path.read_text()
+    assert "step 2" in kept and kept.rstrip().endswith("exit 7")
