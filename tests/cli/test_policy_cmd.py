@@ -51,7 +51,7 @@ def test_policy_test_bad_input_is_exit_2_with_one_line(home: Path, args: tuple[s
 @pytest.mark.docker
 @pytest.mark.timeout(240)
 def test_the_ci_profile_runs_a_pipeline_unattended(home: Path) -> None:
-    """Under the ci profile a non-interactive exec cleans, reinstalls and stops its own work, and refuses the outside."""
+    """Under the ci profile a non-interactive exec cleans its own work and refuses what leaves the workspace."""
     with named_session(home) as name:
         made = cli(home, "exec", "--session", name, "--profile", "ci", "--", "mkdir -p build/x && touch build/x/y")
         assert made.code == 0, made.stderr

@@ -42,7 +42,8 @@ examples.match = ["doas ls"]
 
 def test_field_errors_name_the_rule_by_its_name_and_line(tmp_path: Path) -> None:
     """A misspelt field is reported with the rule's name and its table's line, every problem at once."""
-    rule = '[[command]]\nname = "{name}"\ndecision = "deny"\njustification = "j"\nprefix = ["x"]\nexamples.match = ["x"]\n'
+    rule = '[[command]]\nname = "{name}"\ndecision = "deny"\njustification = "j"\nprefix = ["x"]\n'
+    rule += 'examples.match = ["x"]\n'
     text = rule.format(name="first") + "\n" + rule.format(name="second").replace("decision", "decison")
     text += '\n[[path]]\nname = "p1"\ndecision = "never"\njustification = "j"\nglob = ["/a"]\nexamples.match = ["/a"]\n'
     with pytest.raises(ConfigError) as caught:
