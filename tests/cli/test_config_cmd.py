@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _executor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -43,6 +45,7 @@ def test_show_prints_effective_settings_with_env_overrides(tmp_path: Path) -> No
     assert data["settings"]["home"] == str(tmp_path)
 
 
+@pytest.mark.docker
 def test_check_resolves_every_reference_and_reports_all_at_once(tmp_path: Path) -> None:
     """A missing default profile, policy file and image are all reported together, exit 2, before any use."""
     file = tmp_path / "refs.toml"

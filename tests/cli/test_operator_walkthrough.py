@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_helpers import cli
+from executor.testing.cli import cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

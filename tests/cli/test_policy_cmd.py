@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_helpers import cli, named_session
+from executor.testing.cli import cli, named_session
 
 
 def test_policy_test_prints_the_decision_rules_file_and_judge(home: Path) -> None:

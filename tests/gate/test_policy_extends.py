@@ -10,7 +10,7 @@ from executor.config import GateSettings, Profile, load_settings
 from executor.errors import ConfigError
 from executor.gate.gate import Gate
 from executor.gate.policy import load_policy, load_profile_policy
-from tests.gate.conftest import bash, write
+from executor.testing.actions import bash, write
 
 _RULE = (
     '[[command]]\nname = "{name}"\ndecision = "{decision}"\njustification = "j"\nprefix = ["{word}"]\n'
