@@ -20,9 +20,20 @@ setup:
     @{{exe}} agent build
 
 # Build the session image `base` (bootstraps a Debian root filesystem offline when needed).
-image name="base": setup
+image name="base": setup host-tools
     @echo "==> session image {{name}}"
     @{{exe}} image build {{name}}
+
+# The host tool that bootstraps a Debian base (mmdebstrap): installed with apt where this user can, else named.
+host-tools:
+    @if ! command -v mmdebstrap >/dev/null 2>&1 && ! command -v debootstrap >/dev/null 2>&1; then \
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+            echo "==> installing mmdebstrap (bootstraps session image bases from this host's apt sources)"; \
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null; \
+        else \
+            echo "note: no mmdebstrap: a session image whose base is missing cannot be bootstrapped; run: sudo apt-get install mmdebstrap" >&2; \
+        fi; \
+    fi
 
 # The main job on the embedded defaults: a scripted agent task, narrated.
 run: (image "base")

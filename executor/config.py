@@ -31,6 +31,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from executor.errors import ConfigError
 
 __all__ = [
+    "SHIPPED_IMAGES",
+    "SHIPPED_POLICIES",
     "TOML_MAX_BYTES",
     "AgentSettings",
     "ArtifactSettings",
@@ -56,7 +58,7 @@ __all__ = [
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _CREDENTIAL_RE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 
@@ -111,7 +113,11 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def parse_bytes(value: object) -> int:
-    """Parse a size: an integer number of bytes or a string such as ``"512m"``, ``"1GiB"``, ``"64k"``."""
+    """Parse a size: a number of bytes or a string such as ``"512m"``, ``"1GiB"``, ``"1.5g"``, ``"64k"``.
+
+    Units are binary (``k`` = 1024), as Docker reads them; a fraction is allowed with a unit and rounds down to a
+    whole byte (``"1.5g"`` is 1610612736), never without one (``"1.5"`` bytes is refused).
+    """
     if isinstance(value, bool):
         raise ValueError("a size must be a number of bytes or a string like '512m'")
     if isinstance(value, int):
@@ -120,7 +126,13 @@ def parse_bytes(value: object) -> int:
         match = _SIZE_RE.match(value)
         if match is None:
             raise ValueError(f"{value!r} is not a size; write bytes or a number with k, m, g or t, like '512m'")
-        return int(match.group(1)) * _UNITS[match.group(2).lower()]
+        number, unit = match.group(1), match.group(2).lower()
+        if "." in number and not unit:
+            raise ValueError(f"{value!r} is not a whole number of bytes; give a unit ('1.5g') or whole bytes")
+        whole, _, fraction = number.partition(".")
+        scale = _UNITS[unit]
+        # Exact integer arithmetic: float('1.1') * 1024**4 would be off by a few bytes.
+        return int(whole) * scale + (int(fraction) * scale // 10 ** len(fraction) if fraction else 0)
     raise ValueError("a size must be a number of bytes or a string like '512m'")
 
 
@@ -128,6 +140,18 @@ Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 """A byte count that also accepts ``"512m"``-style strings."""
 
 _MIB = 1024**2
+
+SHIPPED_IMAGES: Final = _REPO_ROOT / "images"
+"""The image folders that ship with the executor (searched after ``images.images_dir``)."""
+SHIPPED_POLICIES: Final = _REPO_ROOT / "policy"
+"""The policy files that ship with the executor (searched after ``gate.policy_dir``)."""
+
+
+def _search_path(operator: Path | None, shipped: Path) -> tuple[Path, ...]:
+    folders = [] if operator is None else [operator]
+    if shipped.is_dir() and shipped not in folders:
+        folders.append(shipped)
+    return tuple(folders)
 
 
 class _Section(BaseModel):
@@ -160,8 +184,9 @@ class DockerSettings(_Section):
 class ImageSettings(_Section):
     """Where session images come from and how they are built offline."""
 
-    images_dir: Path = _REPO_ROOT / "images"
-    """Folder holding one sub-folder (a Dockerfile and its files) per buildable image."""
+    images_dir: Path | None = None
+    """An operator's folder of images (one sub-folder with a Dockerfile per image), searched before the shipped
+    ``images/``: a name found in both is the operator's; unset means the shipped images only."""
     bootstrap: Literal["auto", "mmdebstrap", "debootstrap"] = "auto"
     """Tool that builds a Debian root filesystem when no base image is local or pullable; ``auto`` tries
     mmdebstrap, then debootstrap."""
@@ -173,6 +198,11 @@ class ImageSettings(_Section):
     """Upper bound of one pull attempt, in seconds; past it the pull is abandoned (then bootstrapped)."""
     build_timeout_s: float = Field(1800.0, gt=0, le=7200)
     """Upper bound for bootstrapping and building one image, in seconds."""
+
+    @property
+    def search_path(self) -> tuple[Path, ...]:
+        """Folders searched for an image folder, the operator's first, then the shipped ``images/``."""
+        return _search_path(self.images_dir, SHIPPED_IMAGES)
 
 
 class AgentSettings(_Section):
@@ -326,8 +356,9 @@ class CacheSettings(_Section):
 class GateSettings(_Section):
     """Static policy, judgment and approvals."""
 
-    policy_dir: Path = _REPO_ROOT / "policy"
-    """Folder of policy TOML files; a profile names one by its stem."""
+    policy_dir: Path | None = None
+    """An operator's folder of policy TOML files, searched before the shipped ``policy/``; a profile names a policy
+    by its stem, and a stem found in both is the operator's. Unset means the shipped policies only."""
     trust: int = Field(1, ge=0, le=3)
     """Trust level N over judged levels (0 none, 1 risk, 2 danger, 3 catastrophic): 0 asks on risk or any flag
     and denies danger, 1 asks on risk and denies danger, 2 allows risk and asks on danger, 3 allows up to danger;
@@ -336,6 +367,11 @@ class GateSettings(_Section):
     """The judge provider."""
     cache: CacheSettings = CacheSettings()
     """The answer cache."""
+
+    @property
+    def policy_search_path(self) -> tuple[Path, ...]:
+        """Folders searched for a policy file, the operator's first, then the shipped ``policy/``."""
+        return _search_path(self.policy_dir, SHIPPED_POLICIES)
 
 
 class FocusSettings(_Section):
@@ -433,7 +469,9 @@ class Profile(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for the container; credential-shaped names are refused (secrets never enter a sandbox)."""
     policy: str = "default"
-    """Stem of the policy file under the gate's ``policy_dir``."""
+    """Name (file stem) of the profile's policy: found in ``gate.policy_dir`` first, then in the shipped ``policy/``."""
+    trust: int | None = Field(None, ge=0, le=3)
+    """Trust level for this profile's sessions (see ``gate.trust``); unset means ``gate.trust``."""
     privileged: bool = False
     """Never allowed; present only so that asking for it fails loudly."""
     pid_mode: str = "private"
@@ -535,9 +573,14 @@ class Profile(_Section):
         return int(self.user.split(":")[1])
 
 
-_SHIPPED_PROFILES: dict[str, dict[str, Any]] = {"default": {}, "untrusted": {"runtime": "runsc"}}
-"""Profiles that always exist: ``default`` (the hardened defaults) and ``untrusted`` (the same under gVisor). A
-settings source naming one refines these values, field by field."""
+_SHIPPED_PROFILES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "untrusted": {"runtime": "runsc"},
+    "ci": {"policy": "ci", "trust": 2},
+}
+"""Profiles that always exist: ``default`` (the hardened defaults), ``untrusted`` (the same under gVisor) and ``ci``
+(unattended pipelines in a throwaway session: the ``ci`` policy at trust 2). A settings source naming one refines
+these values, field by field."""
 
 
 def _default_home() -> Path:
@@ -562,8 +605,9 @@ class Settings(BaseSettings):
     profiles: dict[str, Profile] = Field(
         default_factory=lambda: {name: Profile.model_validate(base) for name, base in _SHIPPED_PROFILES.items()}
     )
-    """Named profiles; ``default`` (the hardened defaults) and ``untrusted`` (the same under gVisor, ``runtime =
-    "runsc"``) always exist unless overridden."""
+    """Named profiles; ``default`` (the hardened defaults), ``untrusted`` (the same under gVisor, ``runtime =
+    "runsc"``) and ``ci`` (unattended pipelines: the ``ci`` policy at trust 2) always exist; a profile of the same
+    name refines them field by field."""
     backend: str = Field("docker", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
     """Sandbox backend, by its registered name (``docker``); an unknown name fails when a backend is opened, with
     the known names."""
@@ -604,6 +648,7 @@ class Settings(BaseSettings):
                 merged[name] = {**base, **given}
         return merged
 
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -616,6 +661,12 @@ class Settings(BaseSettings):
         # load_settings() merges the sources itself so that precedence is explicit and testable;
         # the model only validates what it is given.
         return (init_settings,)
+
+    def gate_for(self, profile: Profile) -> GateSettings:
+        """The gate section as it applies to ``profile``'s sessions (its own trust level, when it sets one)."""
+        if profile.trust is None:
+            return self.gate
+        return self.gate.model_copy(update={"trust": profile.trust})
 
     def profile(self, name: str | None = None) -> Profile:
         """Return the named profile (the default one for None); ConfigError names the known ones."""
@@ -658,11 +709,19 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     return layer
 
 
+def _plain_message(message: str) -> str:
+    """Pydantic prefixes a validator's own words with ``Value error, ``; the reader needs only the words."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
+
+
 def _format_validation(error: ValidationError, origin: str) -> str:
     lines = [f"{origin}: {error.error_count()} invalid setting(s):"]
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = item["msg"]
+        message = _plain_message(item["msg"])
         if item["type"] == "extra_forbidden":
             message = "unknown setting; check the spelling against 'executor config show'"
         lines.append(f"  {where}: {message}")

@@ -9,7 +9,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
     │   ├── ImageError                        an image could not be found, bootstrapped or built
-    │   │   └── ImageNotFound (LookupError)   no image folder and no local image of that name
+    │   │   └── ImageNotFound (LookupError)   no image folder or local image of that name (bad input)
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
     │   ├── SessionRejected (ValueError)      a session name refused before anything started (shape, in use)
     │   ├── SandboxLost                       the session's container went away mid-action
@@ -112,7 +112,7 @@ class ImageError(SandboxError):
 
 
 class ImageNotFound(ImageError, LookupError):
-    """No folder under ``images/`` and no local image (nor a registry that has it) by that name."""
+    """No image folder and no local image has that name: bad input, with the known names in the message."""
 
 
 class SessionNotFound(SandboxError, LookupError):

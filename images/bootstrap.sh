@@ -64,7 +64,7 @@ case "$tool" in
             done
         fi
         [ ${#srcs[@]} -gt 0 ] || srcs=("deb $(host_mirror) $suite main")
-        args=(--variant=minbase --mode=auto --format=tar --quiet)
+        args=(--variant=minbase --mode=auto --format=tar)
         # Without the merged-usr hook minbase pulls usrmerge and perl (96 packages instead of 88).
         hooks=/usr/share/mmdebstrap/hooks/merged-usr
         [ -d "$hooks" ] && args+=(--hook-dir="$hooks")

@@ -126,14 +126,47 @@ def test_settings_files_are_read_bounded(tmp_path: Path) -> None:
 
 def test_unknown_profile_lists_the_known_ones() -> None:
     """Asking for a profile that does not exist names the ones that do."""
-    with pytest.raises(ConfigError, match=r"no profile named 'gpu'; known profiles: default"):
+    with pytest.raises(ConfigError, match=r"no profile named 'gpu'; known profiles: ci, default, untrusted"):
         load_settings().profile("gpu")
 
 
-@pytest.mark.parametrize(("raw", "expected"), [(512, 512), ("64k", 65536), ("1g", 1024**3), ("2MiB", 2 * 1024**2)])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (512, 512),
+        ("64k", 65536),
+        ("1g", 1024**3),
+        ("2MiB", 2 * 1024**2),
+        ("1.5g", 3 * 1024**3 // 2),
+        ("0.5 GiB", 512 * 1024**2),
+        ("1.1t", 1024**4 + 1024**4 // 10),
+    ],
+)
 def test_parse_bytes_accepts_numbers_and_units(raw: object, expected: int) -> None:
-    """Sizes are bytes or numbers with binary units."""
+    """Sizes are bytes or numbers with binary units, fractions included as Docker accepts them."""
     assert parse_bytes(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["1.5", "g", "1..5g", "-1g", "1,5g", True])
+def test_parse_bytes_refuses_what_is_not_a_size(raw: object) -> None:
+    """A fraction of a byte, a bare unit or a sign is refused with the accepted forms named."""
+    with pytest.raises(ValueError, match=r"size|bytes"):
+        parse_bytes(raw)
+
+
+def test_a_fractional_size_loads_into_a_profile() -> None:
+    """A profile takes memory = "1.5g" as Docker would."""
+    settings = load_settings(overrides={"profiles": {"big": {"memory": "1.5g"}}})
+    assert settings.profile("big").memory == 3 * 1024**3 // 2
+
+
+def test_messages_lose_pydantics_value_error_prefix() -> None:
+    """A validator's message reaches the reader without pydantic's 'Value error,' prefix."""
+    with pytest.raises(ConfigError) as caught:
+        load_settings(overrides={"profiles": {"x": {"memory": "lots"}}})
+    message = str(caught.value)
+    assert "Value error" not in message
+    assert re.search(r"profiles\.x\.memory: 'lots' is not a size", message)
 
 
 def test_every_field_has_a_docstring() -> None:

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import typer
 
-from executor.cli import agent_cmd, bg_cmd, config_cmd, demo_cmd, image_cmd, mcp_cmd, output_cmd, session_cmd
+from executor.cli import (
+    agent_cmd,
+    bg_cmd,
+    config_cmd,
+    demo_cmd,
+    image_cmd,
+    mcp_cmd,
+    output_cmd,
+    policy_cmd,
+    session_cmd,
+)
 from executor.cli._common import CliState, GuardedGroup
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
@@ -21,6 +31,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(agent_cmd.app, name="agent")
 app.command("replay")(replay_command)
 app.add_typer(image_cmd.app, name="image")

@@ -194,7 +194,11 @@ class Gate:
             raise ValueError(f"trust level {level!r} is not one of 0, 1, 2, 3")
         identity = action.identity()
         static = self.policy.evaluate(action)
-        reasons = [f"policy rule {m.rule!r} ({m.decision}): {m.justification}" for m in static.matches]
+        # The file's name, not its host path: the reasons reach the model; `executor config show` gives the path.
+        reasons = [
+            f"policy rule {m.rule!r} ({m.decision}, policy file {self.policy.rule_file(m.rule)}): {m.justification}"
+            for m in static.matches
+        ]
         alone = static.decision == "deny" or (static.decision == "allow" and not self._env_changes_code(action))
         if alone and static.decision is not None:
             return GateOutcome(
@@ -220,7 +224,9 @@ class Gate:
                 continue
             decision = strictest(decision, decide(GATE_TABLE, record.answers, level))
             if judge is self.floor:
-                reasons.extend(f"rules: {reason}" for reason in judge_material(request.material).reasons)
+                reasons.extend(
+                    f"rules (judged at trust {level}): {reason}" for reason in judge_material(request.material).reasons
+                )
             else:
                 reasons.extend(f"judge {record.provider}: {reason}" for reason in explain(GATE_TABLE, record.answers))
         return GateOutcome(

@@ -67,7 +67,7 @@ import hashlib
 import posixpath
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -138,6 +138,8 @@ class _EnvSpec(_RuleSpec):
 
 class _FileSpec(_Spec):
     description: str = ""
+    extends: str | None = None
+    without: list[str] = []
     command: list[_CommandSpec] = []
     path: list[_PathSpec] = []
     env: list[_EnvSpec] = []
@@ -246,6 +248,8 @@ class CommandRule:
     argv_patterns: tuple[tuple[str, ...], ...]
     regexes: tuple[re.Pattern[str], ...]
     unless: tuple[re.Pattern[str], ...]
+    origin: str = ""
+    """The name of the policy file that defines the rule."""
 
     def matches(self, command: str, parsed: ParsedCommand | None = None) -> bool:
         """True when this rule applies to ``command``."""
@@ -279,6 +283,8 @@ class PathRule:
     globs: tuple[re.Pattern[str], ...]
     outside: str | None
     unless: tuple[re.Pattern[str], ...]
+    origin: str = ""
+    """The name of the policy file that defines the rule."""
 
     def matches(self, path: str) -> bool:
         """True when this rule applies to the resolved absolute ``path``."""
@@ -333,6 +339,8 @@ class EnvRule:
     classes: frozenset[EnvClass]
     names: tuple[str, ...]
     unless: tuple[str, ...]
+    origin: str = ""
+    """The name of the policy file that defines the rule."""
 
     def matches(self, name: str) -> bool:
         """True when this rule applies to the variable ``name``."""
@@ -362,6 +370,17 @@ class Policy:
     """The workspace ``{workspace}`` was filled with."""
     home: str = "/home/agent"
     """The home folder ``{home}`` was filled with."""
+    source: str = ""
+    """The file it was loaded from (and, after ``<``, the files it extends), for messages that say what to edit."""
+
+    def rule_file(self, rule: str) -> str:
+        """The name of the policy file that defines ``rule`` (this file, or one it extends)."""
+        origins = (
+            {r.name: r.origin for r in self.command_rules}
+            | {r.name: r.origin for r in self.path_rules}
+            | {r.name: r.origin for r in self.env_rules}
+        )
+        return origins.get(rule) or f"{self.name}.toml"
 
     def evaluate(self, action: BashAction | WriteAction) -> StaticVerdict:
         """The static verdict for ``action``: the strictest matching rule, or None when nothing matched."""
@@ -439,7 +458,7 @@ def _split_words(where: str, text: str) -> tuple[str, ...]:
     return words
 
 
-def _command_rule(where: str, spec: _CommandSpec) -> CommandRule:
+def _command_rule(where: str, spec: _CommandSpec, origin: str) -> CommandRule:
     if not (spec.prefix or spec.argv or spec.regex):
         raise ConfigError(f"{where}: needs at least one of 'prefix', 'argv' or 'regex'")
     return CommandRule(
@@ -450,10 +469,11 @@ def _command_rule(where: str, spec: _CommandSpec) -> CommandRule:
         argv_patterns=tuple(_split_words(where, text) for text in spec.argv),
         regexes=_compile_regexes(where, spec.regex),
         unless=_compile_regexes(where, spec.unless_regex),
+        origin=origin,
     )
 
 
-def _env_rule(where: str, spec: _EnvSpec) -> EnvRule:
+def _env_rule(where: str, spec: _EnvSpec, origin: str) -> EnvRule:
     if not (spec.classes or spec.names):
         raise ConfigError(f"{where}: needs 'classes' (any of {', '.join(ENV_CLASSES)}) or 'names'")
     if spec.examples.command_match or spec.examples.command_no_match:
@@ -465,10 +485,11 @@ def _env_rule(where: str, spec: _EnvSpec) -> EnvRule:
         classes=frozenset(spec.classes),
         names=tuple(spec.names),
         unless=tuple(spec.unless_names),
+        origin=origin,
     )
 
 
-def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str) -> PathRule:
+def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str, origin: str) -> PathRule:
     if not (spec.glob or spec.outside):
         raise ConfigError(f"{where}: needs 'glob' or 'outside'")
     outside = None
@@ -483,16 +504,56 @@ def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str) -> PathRu
         globs=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.glob),
         outside=outside,
         unless=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.unless_glob),
+        origin=origin,
     )
 
 
-def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home/agent") -> Policy:
+def _rule_line(text: str, table: str, index: int) -> int:
+    """The 1-based line of the ``index``-th ``[[table]]`` header in ``text`` (0 when it is not written that way)."""
+    header = re.compile(rf"^[ \t]*\[\[[ \t]*{table}[ \t]*\]\]", re.MULTILINE)
+    for seen, match in enumerate(header.finditer(text)):
+        if seen == index:
+            return text.count("\n", 0, match.start()) + 1
+    return 0
+
+
+def _describe_problem(path: Path, text: str, data: object, loc: tuple[int | str, ...], message: str) -> str:
+    """One validation problem, naming the rule by its name and the file line of its table, not by an index."""
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    if message == "Extra inputs are not permitted":
+        message = f"unknown field {loc[-1]!r}; rule fields are name, decision, justification, examples and the matchers"
+    if len(loc) >= 2 and loc[0] in ("command", "path", "env") and isinstance(loc[1], int) and isinstance(data, dict):
+        table, index = str(loc[0]), loc[1]
+        rules = data.get(table)
+        rule = rules[index] if isinstance(rules, list) and index < len(rules) else None
+        name = rule.get("name") if isinstance(rule, dict) else None
+        label = f"{table} rule {name!r}" if isinstance(name, str) else f"{table} rule #{index + 1} (no name)"
+        field = ".".join(str(part) for part in loc[2:]) or "(the rule)"
+        return f"  {path}:{_rule_line(text, table, index)}: {label}: {field}: {message}"
+    field = ".".join(str(part) for part in loc) or "(top level)"
+    return f"  {path}: {field}: {message}"
+
+
+def load_policy(
+    path: Path,
+    *,
+    workspace: str = "/workspace",
+    home: str = "/home/agent",
+    resolve: Callable[[str], Path] | None = None,
+    _chain: tuple[Path, ...] = (),
+) -> Policy:
     """Load, compile and example-check one policy file.
 
     Args:
         path: the TOML file.
         workspace: replaces ``{workspace}`` in path rules and their examples.
         home: replaces ``{home}`` in path rules and their examples.
+        resolve: finds the file of a policy named by ``extends`` (the profile loader passes the search path's);
+            None resolves it beside ``path``.
+
+    A file may build on another: ``extends = "default"`` takes every rule of that policy, ``without = [names]``
+    leaves some of them out, and the file's own rules are added (a name may not repeat one that is kept).
 
     Raises:
         ConfigError: the file is missing, not TOML, has an unknown or invalid field, a duplicate rule name,
@@ -506,21 +567,45 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
             f"policy file {path} does not exist; check gate.policy_dir and the profile's policy"
         ) from None
     data = parse_toml(raw, path=path)
+    text = raw.decode("utf-8")
     try:
         spec = _FileSpec.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in exc.errors())
-        raise ConfigError(f"{path}: invalid policy: {problems}") from exc
+        problems = [_describe_problem(path, text, data, item["loc"], item["msg"]) for item in exc.errors()]
+        raise ConfigError(f"{path}: invalid policy ({len(problems)} problem(s)):\n" + "\n".join(problems)) from exc
     names: set[str] = set()
     command_rules: list[CommandRule] = []
     path_rules: list[PathRule] = []
     bash_path_rules: list[PathRule] = []
-    for command_spec in spec.command:
-        where = f"{path}: command rule {command_spec.name!r}"
+    env_rules: list[EnvRule] = []
+    base: Policy | None = None
+    if spec.extends is not None:
+        base = _load_base(path, spec.extends, resolve, (*_chain, path), workspace=workspace, home=home)
+        kept_names = (
+            {rule.name for rule in base.command_rules}
+            | {rule.name for rule in base.path_rules}
+            | {rule.name for rule in base.env_rules}
+        )
+        unknown = sorted(set(spec.without) - kept_names)
+        if unknown:
+            raise ConfigError(f"{path}: without names no rule of {spec.extends!r}: {', '.join(unknown)}")
+        command_rules = [rule for rule in base.command_rules if rule.name not in spec.without]
+        path_rules = [rule for rule in base.path_rules if rule.name not in spec.without]
+        bash_path_rules = [rule for rule in base.bash_path_rules if rule.name not in spec.without]
+        env_rules = [rule for rule in base.env_rules if rule.name not in spec.without]
+        names = (
+            {rule.name for rule in command_rules}
+            | {rule.name for rule in path_rules}
+            | {rule.name for rule in env_rules}
+        )
+    elif spec.without:
+        raise ConfigError(f"{path}: 'without' needs 'extends' (it leaves out rules of the extended policy)")
+    for index, command_spec in enumerate(spec.command):
+        where = f"{path}:{_rule_line(text, 'command', index)}: command rule {command_spec.name!r}"
         if command_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(command_spec.name)
-        rule = _command_rule(where, command_spec)
+        rule = _command_rule(where, command_spec, path.name)
         if command_spec.examples.command_match or command_spec.examples.command_no_match:
             raise ConfigError(f"{where}: examples.command_match and command_no_match belong to path rules")
         for example in command_spec.examples.match:
@@ -530,12 +615,12 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
             if rule.matches(example):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.no_match but matches")
         command_rules.append(rule)
-    for path_spec in spec.path:
-        where = f"{path}: path rule {path_spec.name!r}"
+    for index, path_spec in enumerate(spec.path):
+        where = f"{path}:{_rule_line(text, 'path', index)}: path rule {path_spec.name!r}"
         if path_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(path_spec.name)
-        path_rule = _path_rule(where, path_spec, workspace, home)
+        path_rule = _path_rule(where, path_spec, workspace, home, path.name)
         for example in path_spec.examples.match:
             if not path_rule.matches(_fill(example, workspace, home)):
                 raise ConfigError(f"{where}: example {example!r} is listed under examples.match but does not match")
@@ -561,13 +646,12 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
         path_rules.append(path_rule)
         if on_bash:
             bash_path_rules.append(path_rule)
-    env_rules: list[EnvRule] = []
-    for env_spec in spec.env:
-        where = f"{path}: env rule {env_spec.name!r}"
+    for index, env_spec in enumerate(spec.env):
+        where = f"{path}:{_rule_line(text, 'env', index)}: env rule {env_spec.name!r}"
         if env_spec.name in names:
             raise ConfigError(f"{where}: duplicate rule name")
         names.add(env_spec.name)
-        env_rule = _env_rule(where, env_spec)
+        env_rule = _env_rule(where, env_spec, path.name)
         for wanted, examples in ((True, env_spec.examples.match), (False, env_spec.examples.no_match)):
             for example in examples:
                 entry = split_assignment(example)
@@ -577,9 +661,12 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
                     listed = "examples.match but does not match" if wanted else "examples.no_match but matches"
                     raise ConfigError(f"{where}: example {example!r} is listed under {listed}")
         env_rules.append(env_rule)
+    digest = hashlib.sha256(raw)
+    if base is not None:
+        digest.update(bytes.fromhex(base.sha256))  # the extended file's rules are part of what applies
     return Policy(
         name=path.stem,
-        sha256=hashlib.sha256(raw).hexdigest(),
+        sha256=digest.hexdigest(),
         description=spec.description,
         command_rules=tuple(command_rules),
         path_rules=tuple(path_rules),
@@ -587,20 +674,55 @@ def load_policy(path: Path, *, workspace: str = "/workspace", home: str = "/home
         bash_path_rules=tuple(bash_path_rules),
         workspace=workspace.rstrip("/") or "/",
         home=home.rstrip("/") or "/",
+        source=str(path) if base is None else f"{path} < {base.source}",
     )
 
 
+def _load_base(
+    path: Path,
+    name: str,
+    resolve: Callable[[str], Path] | None,
+    chain: tuple[Path, ...],
+    *,
+    workspace: str,
+    home: str,
+) -> Policy:
+    if not _POLICY_NAME.match(name):
+        raise ConfigError(f"{path}: extends {name!r} must be a policy name like 'default'")
+    base_path = resolve(name) if resolve is not None else path.with_name(f"{name}.toml")
+    if base_path in chain or len(chain) > 8:
+        raise ConfigError(f"{path}: extends {name!r} makes a cycle ({' -> '.join(p.name for p in chain)})")
+    return load_policy(base_path, workspace=workspace, home=home, resolve=resolve, _chain=chain)
+
+
 def policy_path(settings: GateSettings, name: str) -> Path:
-    """The file of policy ``name`` under ``settings.policy_dir``.
+    """The file of policy ``name``: the first ``<name>.toml`` on the search path (the operator's ``gate.policy_dir``,
+    then the shipped ``policy/``).
 
     Raises:
-        ConfigError: ``name`` is not a plain file stem (a separator or a leading dot would leave the folder).
+        ConfigError: ``name`` is not a plain file stem (a separator or a leading dot would leave the folder), or no
+            folder on the search path holds it; the message lists the folders and the policies they hold.
     """
     if not _POLICY_NAME.match(name):
         raise ConfigError(f"policy name {name!r} must be a file stem like 'default' (letters, digits, '_', '-', '.')")
-    return settings.policy_dir / f"{name}.toml"
+    folders = settings.policy_search_path
+    for folder in folders:
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    known = sorted({p.stem for folder in folders for p in folder.glob("*.toml")})
+    searched = ", ".join(str(folder) for folder in folders) or "(no policy folder)"
+    raise ConfigError(
+        f"no policy named {name!r} in {searched}; known policies: {', '.join(known) or 'none'} "
+        "(set the profile's 'policy' to one of them, or add the file to gate.policy_dir)"
+    )
 
 
 def load_profile_policy(settings: GateSettings, profile: Profile) -> Policy:
-    """Load the policy a profile names, with its workspace and home filled in."""
-    return load_policy(policy_path(settings, profile.policy), workspace=profile.workspace, home=profile.home)
+    """Load the policy a profile names (and what it extends, on the same search path), workspace and home filled."""
+    return load_policy(
+        policy_path(settings, profile.policy),
+        workspace=profile.workspace,
+        home=profile.home,
+        resolve=lambda name: policy_path(settings, name),
+    )

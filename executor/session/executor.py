@@ -193,7 +193,8 @@ class Executor:
 
     @asynccontextmanager
     async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
-        gate = Gate(self.settings.gate, policy=policy, judge=self.judge, cache=self.cache)
+        gate_settings = self.settings.gate_for(profile)
+        gate = Gate(gate_settings, policy=policy, judge=self.judge, cache=self.cache)
         stream = await self.backend.connect(info.id)
         journal = JournalWriter(
             self.settings.home / "sessions" / info.id / "journal.ndjson",
@@ -210,7 +211,7 @@ class Executor:
             on_unhealthy=functools.partial(self.backend.mark_unhealthy, info.id),
         ) as client:
             with journal:
-                journal.emit(SessionOpened(profile=info.profile, trust=self.settings.gate.trust, policy=profile.policy))
+                journal.emit(SessionOpened(profile=info.profile, trust=gate_settings.trust, policy=profile.policy))
                 reason = "closed"
                 try:
                     async with trio.open_nursery() as nursery:
@@ -348,7 +349,10 @@ async def open_output_reader(
             if journal.path.parent.is_dir():
                 stack.enter_context(journal)
             gate = Gate(
-                settings.gate, policy=policy, judge=chosen, cache=AnswerCache.from_settings(settings.gate.cache)
+                settings.gate_for(profile),
+                policy=policy,
+                judge=chosen,
+                cache=AnswerCache.from_settings(settings.gate.cache),
             )
             gatekeeper = Gatekeeper(
                 session_id=session_id, profile=profile, gate=gate, journal=journal, artifacts=artifacts

@@ -56,14 +56,12 @@ def test_unknown_profile_is_bad_input(home: Path) -> None:
     """Starting with a profile that does not exist exits 2 naming the known ones."""
     done = _executor(home, "session", "start", "--profile", "nope")
     assert done.returncode == 2
-    assert "known profiles: default" in _json(done)["error"]
+    assert "known profiles: ci, default, untrusted" in _json(done)["error"]
 
 
 def test_a_profile_whose_policy_does_not_load_starts_nothing(home: Path, tmp_path: Path) -> None:
     """session start checks the profile's policy first: a missing policy is bad input and no session is made."""
-    empty = tmp_path / "no-policies"
-    empty.mkdir()
-    done = _executor(home, "session", "start", extra_env={"EXECUTOR_GATE__POLICY_DIR": str(empty)})
+    done = _executor(home, "session", "start", extra_env={"EXECUTOR_PROFILES__DEFAULT__POLICY": "nosuch"})
     assert done.returncode == 2, done.stdout + done.stderr
     assert "polic" in _json(done)["error"]
     assert not (home / "sessions").exists() or not any((home / "sessions").glob("s-*/journal.ndjson"))

@@ -36,8 +36,40 @@ prefix = ["sudo"]
 examples.match = ["doas ls"]
 """,
     )
-    with pytest.raises(ConfigError, match=r"p\.toml: command rule 'no-sudo': example 'doas ls' .*examples\.match"):
+    with pytest.raises(ConfigError, match=r"p\.toml:2: command rule 'no-sudo': example 'doas ls' .*examples\.match"):
         load_policy(path)
+
+
+def test_field_errors_name_the_rule_by_its_name_and_line(tmp_path: Path) -> None:
+    """A misspelt field is reported with the rule's name and its table's line, every problem at once."""
+    rule = '[[command]]\nname = "{name}"\ndecision = "deny"\njustification = "j"\nprefix = ["x"]\n'
+    rule += 'examples.match = ["x"]\n'
+    text = rule.format(name="first") + "\n" + rule.format(name="second").replace("decision", "decison")
+    text += '\n[[path]]\nname = "p1"\ndecision = "never"\njustification = "j"\nglob = ["/a"]\nexamples.match = ["/a"]\n'
+    with pytest.raises(ConfigError) as caught:
+        load_policy(_policy(tmp_path, text))
+    message = str(caught.value)
+    assert re.search(r"p\.toml:8: command rule 'second': decison: unknown field 'decison'", message)
+    assert re.search(r"p\.toml:15: path rule 'p1': decision: ", message)
+    assert "command.1" not in message
+    assert "Value error" not in message
+
+
+def test_policies_are_searched_in_the_operators_folder_first(tmp_path: Path) -> None:
+    """An operator's folder adds policies and overrides a shipped one by stem; the shipped ones stay reachable."""
+    (tmp_path / "mine.toml").write_text("")
+    (tmp_path / "default.toml").write_text('description = "operator default"\n')
+    settings = GateSettings(policy_dir=tmp_path)
+    assert policy_path(settings, "mine") == tmp_path / "mine.toml"
+    assert policy_path(settings, "default") == tmp_path / "default.toml"
+    assert policy_path(GateSettings(policy_dir=tmp_path / "empty"), "default") == REPO / "policy" / "default.toml"
+
+
+def test_an_unknown_policy_names_the_folders_and_the_known_policies(tmp_path: Path) -> None:
+    """A profile naming a missing policy gets the searched folders and what they hold."""
+    (tmp_path / "mine.toml").write_text("")
+    with pytest.raises(ConfigError, match=r"no policy named 'nope' in .*; known policies: .*default.*mine"):
+        policy_path(GateSettings(policy_dir=tmp_path), "nope")
 
 
 def test_a_rule_whose_no_match_example_matches_fails_to_load(tmp_path: Path) -> None:

@@ -10,9 +10,14 @@ from executor.sandbox.docker.hardening import AGENT_CAPS, container_kwargs, pinn
 from executor.sandbox.docker.images import (
     ImageBuildResult,
     ImageInfo,
+    PruneResult,
     build_image,
     ensure_image,
+    folder_tag,
+    image_folder,
     list_images,
+    prune_images,
+    remove_image,
 )
 
 __all__ = [
@@ -21,10 +26,15 @@ __all__ = [
     "DockerEngine",
     "ImageBuildResult",
     "ImageInfo",
+    "PruneResult",
     "build_image",
     "container_kwargs",
     "ensure_image",
+    "folder_tag",
     "home_identity",
+    "image_folder",
     "list_images",
     "pinned_seccomp",
+    "prune_images",
+    "remove_image",
 ]
