@@ -648,7 +648,6 @@ class Settings(BaseSettings):
                 merged[name] = {**base, **given}
         return merged
 
-
     @classmethod
     def settings_customise_sources(
         cls,

@@ -398,6 +398,7 @@ async def _declared_bases(engine: DockerEngine, settings: ImageSettings, folder:
 
 
 _STEP_RE: Final = re.compile(r"^Step \d+/\d+ : ")
+_ANSI_RE: Final = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NETWORK_STEP_RE: Final = re.compile(
     r"\b(apt-get|apt|aptitude|apk|dnf|yum|pip3?|npm|curl|wget|git\s+clone|go\s+get|cargo\s+install)\b"
 )
@@ -453,8 +454,8 @@ async def _build(
             if "error" in chunk:
                 detail = str(chunk.get("errorDetail", {}).get("message") or chunk["error"]).strip()
                 raise ImageError(_build_failure(tag, detail, step, log_path))
-            for line in str(chunk.get("stream", "")).splitlines():
-                line = line.rstrip()
+            for raw_line in str(chunk.get("stream", "")).splitlines():
+                line = _ANSI_RE.sub("", raw_line).rstrip()  # the builder colours a step's stderr
                 if not line:
                     continue
                 if log is not None:

@@ -149,11 +149,12 @@ async def test_a_step_that_needs_the_network_fails_with_its_output_and_the_hint(
         await engine.aclose()
     message = str(caught.value)
     assert "returned a non-zero code" in message
-    assert re.search(r"the failing step and its last output lines:\n  Step 3/3 : RUN echo fetching jq", message)
-    assert "fetching jq" in message.split("Step 3/3", 1)[1]
+    assert re.search(r"the failing step and its last output lines:\n  Step 3/\d+ : RUN echo fetching jq", message)
+    assert "\n  fetching jq\n" in message and "\x1b" not in message
+    assert "Unable to locate package jq" in message
     assert "hint: image builds run with no network" in message and "image.toml" in message
     log = re.search(r"full log: (\S+)", message)
-    assert log is not None and "Step 3/3" in await trio.Path(log.group(1)).read_text()
+    assert log is not None and "Step 3/" in await trio.Path(log.group(1)).read_text()
 
 
 async def test_ls_rm_and_prune_touch_only_the_executors_own_images(base_image: str, tmp_path: Path) -> None:
