@@ -247,9 +247,11 @@ class BashSettings(_Section):
     drain_ms: int = Field(1_000, ge=0, le=600_000)
     """How long pipes are drained after the direct child exits, in milliseconds; a descendant holding a
     pipe cannot hang the call past it."""
-    max_command_bytes: int = Field(256 * 1024, ge=16, le=16 * _MIB)
-    """Largest command string accepted; a larger one is refused before the gate sees it."""
-    max_stdin_bytes: Bytes = Field(16 * _MIB, ge=0, le=1024 * _MIB)
+    max_command_bytes: int = Field(2 * _MIB, ge=16, le=16 * _MIB)
+    """Largest command string accepted; a larger one is refused before the gate sees it. A command longer than the
+    kernel's one-argument limit (128 KiB) travels ahead of its stdin on the command's stdin pipe, so every command
+    under this cap runs."""
+    max_stdin_bytes: Bytes = Field(64 * _MIB, ge=0, le=1024 * _MIB)
     """Largest stdin a caller may supply."""
     orphans: Literal["kill", "keep"] = "kill"
     """What happens to processes a foreground command left running: ``kill`` them (and list them in the result),
@@ -287,6 +289,8 @@ class WriteSettings(_Section):
     """Longest path accepted."""
     max_component_chars: int = Field(255, ge=1, le=4096)
     """Longest single path component accepted."""
+    read_max_bytes: Bytes = Field(64 * _MIB, ge=0, le=64 * _MIB)
+    """Largest file ``read_file`` returns; a larger file is refused (the agent buffers what it sends)."""
 
 
 class ArtifactSettings(_Section):
@@ -393,8 +397,9 @@ class JournalSettings(_Section):
     """When appended events are fsynced: ``always`` after each event; ``action`` at each action boundary (before a
     command or write executes, when it ends, when an approval resolves, when the session closes: one fsync covers
     every earlier event); ``close`` when the session closes; ``never``."""
-    max_line_bytes: int = Field(1 * _MIB, ge=1024, le=256 * _MIB)
-    """Longest journal line a reader accepts."""
+    max_line_bytes: int = Field(16 * _MIB, ge=1024, le=256 * _MIB)
+    """Longest journal line a reader accepts (and a writer emits): an action event carries its whole command, so
+    this stays well above ``bash.max_command_bytes`` (JSON escaping can grow a command several times)."""
     max_depth: int = Field(32, ge=2, le=1000)
     """Deepest JSON nesting a reader accepts."""
     max_file_bytes: Bytes = Field(1024 * _MIB, ge=_MIB, le=1024**4)
@@ -472,6 +477,11 @@ class Profile(_Section):
     """Name (file stem) of the profile's policy: found in ``gate.policy_dir`` first, then in the shipped ``policy/``."""
     trust: int | None = Field(None, ge=0, le=3)
     """Trust level for this profile's sessions (see ``gate.trust``); unset means ``gate.trust``."""
+    gate_mode: Literal["enforce", "observe"] = "enforce"
+    """``enforce``: the gate's deny and ask hold. ``observe`` (harness mode, for unattended evaluation runs): the
+    gate still evaluates and journals every action but never blocks one, so the container is the only boundary;
+    the session's ``session_opened`` journal event says so. Never the default: a profile (or the inspect
+    integration's sandbox config) must set it."""
     privileged: bool = False
     """Never allowed; present only so that asking for it fails loudly."""
     pid_mode: str = "private"

@@ -225,9 +225,14 @@ class BashAction(_Model):
     """Hex SHA-256 of the supplied stdin; None means /dev/null."""
     timeout_ms: int | None = Field(ge=1)
     """Deadline of the call, in milliseconds; None for a background task (no deadline applies)."""
+    exec_argv: tuple[str, ...] | None = None
+    """For a raw exec (no shell) or a file read: the exact argument list that runs; ``command`` is then its shell
+    rendering, which policy and judges read. None: ``bash -c command``."""
 
     def argv(self) -> tuple[str, ...] | None:
         """The command's words as a POSIX shell would split them (``shlex``), or None when it does not parse."""
+        if self.exec_argv is not None:
+            return self.exec_argv
         try:
             return tuple(shlex.split(self.command, comments=False, posix=True))
         except ValueError:
@@ -239,7 +244,9 @@ class BashAction(_Model):
         Changing any byte of the command, its arguments, cwd, env, stdin, timeout or session changes it.
         """
         argv = self.argv()
-        payload = {"v": 1, **self.model_dump(mode="json"), "argv": None if argv is None else list(argv)}
+        # exec_argv joins the payload only when set, so the identity of every plain bash action is unchanged
+        fields = self.model_dump(mode="json", exclude=None if self.exec_argv is not None else {"exec_argv"})
+        payload = {"v": 1, **fields, "argv": None if argv is None else list(argv)}
         return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
@@ -263,6 +270,8 @@ class WriteAction(_Model):
     git_dir: str | None = None
     """The git directory the path lies in when the host found one not named ``.git`` (``git init
     --separate-git-dir``, a bare repository); the gate then protects its hooks and config as it does ``.git``'s."""
+    create_parents: bool = False
+    """The write also creates missing parent folders (part of the identity when set)."""
 
     @field_validator("path")
     @classmethod
@@ -279,11 +288,9 @@ class WriteAction(_Model):
         The diff is derived from content and reviewed state, so it is left out: a re-rendered diff must not
         invalidate an approval, while any change to the bytes or to the target does.
         """
-        # git_dir joins the payload only when set, so identities of writes outside such folders stay as before.
-        payload = {
-            "v": 1,
-            **self.model_dump(mode="json", exclude={"diff"} | ({"git_dir"} if self.git_dir is None else set())),
-        }
+        # git_dir and create_parents join the payload only when set, so identities of earlier writes stay as before.
+        unset = ({"git_dir"} if self.git_dir is None else set()) | (set() if self.create_parents else {"create_parents"})
+        payload = {"v": 1, **self.model_dump(mode="json", exclude={"diff"} | unset)}
         return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 

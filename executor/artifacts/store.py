@@ -665,6 +665,27 @@ class SessionArtifacts:
                 os.close(fd)
             return
 
+    def read_bytes(
+        self, artifact_id: str, *, stream: str | None = None, offset: int = 0, max_bytes: int = 1 << 20
+    ) -> tuple[bytes, int, int]:
+        """Raw stored bytes of a stream, from stored ``offset``: ``(data, stored_len, dropped_bytes)``.
+
+        The stored space is the head and, when the capture cap was reached, the tail (``dropped_bytes`` were cut
+        from the middle at ``head_len``). No rendering, sanitizing or journaling: this is for programs.
+
+        Raises:
+            ArtifactNotFound, ArtifactEvicted, StreamNotFound: see :meth:`record`.
+            OutputRangeError: a negative ``offset`` or a ``max_bytes`` below 1.
+        """
+        if offset < 0 or max_bytes < 1:
+            raise OutputRangeError(f"offset must be >= 0 and max_bytes >= 1; got {offset} and {max_bytes}")
+        with self._opened(artifact_id, stream) as (checked, name, _layout, source):
+            _, _, state, _ = self._resolve(checked, name)
+            stored = state.head_len + state.ring_len
+            if offset >= stored:
+                return b"", stored, state.dropped_bytes
+            return source.read(offset, min(max_bytes, stored - offset)), stored, state.dropped_bytes
+
     def read_output(
         self,
         artifact_id: str,

@@ -117,6 +117,8 @@ class SessionOpened(EventBase):
     """Name (or path) of the static policy in force."""
     policy_hash: str | None = None
     """Hash of the static policy in force, so a replay can tell whether it differs."""
+    gate_mode: Literal["enforce", "observe"] | None = None
+    """``observe``: harness mode, the gate journals but never blocks (the container is the only boundary)."""
 
 
 class SessionClosed(EventBase):
@@ -211,6 +213,8 @@ class DecisionEvent(EventBase):
     """The judgments the decision used, by id; empty for a static-only decision."""
     static_only: bool = False
     """True when static policy alone decided (no judgment ran)."""
+    enforced: bool = True
+    """False in harness mode (``gate_mode = "observe"``): the decision was journaled but the action ran anyway."""
 
 
 class ApprovalRequested(EventBase):

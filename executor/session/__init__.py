@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING
 
 from executor.session.api import (
     USE_DEFAULT,
+    ArtifactBytes,
+    ExecResult,
     ExecutorAPI,
+    FileContent,
     FocusMode,
     HandlerChoice,
     Outcome,
@@ -40,8 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "USE_DEFAULT",
+    "ArtifactBytes",
+    "ExecResult",
     "Executor",
     "ExecutorAPI",
+    "FileContent",
     "FocusMode",
     "HandlerChoice",
     "Outcome",

@@ -9,7 +9,7 @@ test compares the defaults. Nothing here does IO.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final, Literal, Protocol, TypeAlias
 
@@ -21,7 +21,10 @@ from executor.sandbox.base import SessionInfo
 
 __all__ = [
     "USE_DEFAULT",
+    "ArtifactBytes",
+    "ExecResult",
     "ExecutorAPI",
+    "FileContent",
     "FocusMode",
     "HandlerChoice",
     "Outcome",
@@ -88,6 +91,71 @@ class ToolResult(BaseModel):
     """Tool-specific structured data (write result, page receipts, task chunk)."""
 
 
+class ExecResult(BaseModel):
+    """What one raw exec returns: whole output bytes and the exit status, for programs (no model view)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    outcome: Outcome
+    """How the call ended (``denied``/``blocked``: the gate refused it and nothing ran; see ``text``)."""
+    exit_code: int | None
+    """Shell-style status (128+N for signal N); None when nothing ran or the sandbox was lost."""
+    stdout: bytes = b""
+    """The command's whole stdout, up to ``max_output_bytes`` (then ``stdout_truncated``)."""
+    stderr: bytes = b""
+    """The command's whole stderr, up to ``max_output_bytes``."""
+    stdout_truncated: bool = False
+    """More stdout was produced than ``max_output_bytes``; the stored artifact keeps its head and tail."""
+    stderr_truncated: bool = False
+    """More stderr was produced than ``max_output_bytes``."""
+    text: str = ""
+    """A one-line summary (the run header), or why the gate refused the call."""
+    action_id: str | None = None
+    """The gated action's id."""
+    artifact_id: str | None = None
+    """The artifact holding the streams (``read_artifact`` reads its bytes)."""
+    run: RunResult | None = None
+    """Cause, duration, CPU, max RSS and orphans of the run."""
+
+
+class FileContent(BaseModel):
+    """A file read from the session's container by ``read_file``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    path: str
+    """The resolved absolute path read."""
+    data: bytes
+    """The file's whole content."""
+    sha256: str | None
+    """Hex SHA-256 of the content, as the agent computed it while reading."""
+    action_id: str | None = None
+    """The gated action's id."""
+
+    def text(self) -> str:
+        """The content as UTF-8 (invalid bytes raise ``UnicodeDecodeError``)."""
+        return self.data.decode("utf-8")
+
+
+class ArtifactBytes(BaseModel):
+    """Raw stored bytes of an artifact's stream (``read_artifact``): no rendering, sanitizing or journaling."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    artifact_id: str
+    """The artifact."""
+    stream: str
+    """The stream read."""
+    offset: int
+    """Stored offset of ``data``."""
+    data: bytes
+    """The bytes from ``offset``."""
+    stored_bytes: int
+    """Bytes the store holds for this stream; read on from ``offset + len(data)`` until it is reached."""
+    dropped_bytes: int
+    """Bytes cut from the middle by the capture cap (``artifacts.capture_max_bytes``); 0 when the stream is whole."""
+
+
 class TaskInfo(BaseModel):
     """A background task as the executor tracks it."""
 
@@ -140,10 +208,42 @@ class SessionAPI(Protocol):
         """Run one gated, captured ``bash -c`` command."""
         ...
 
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+        user: str | None = None,
+        max_output_bytes: int | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ExecResult:
+        """Run an argument list (no shell), gated and journaled, and return its whole output bytes."""
+        ...
+
     async def write_file(
-        self, path: str, content: bytes | str, *, approval_handler: HandlerChoice = USE_DEFAULT
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        create_parents: bool = False,
+        approval_handler: HandlerChoice = USE_DEFAULT,
     ) -> ToolResult:
         """Create or replace a file, gated on the exact path and content."""
+        ...
+
+    async def read_file(
+        self, path: str, *, max_bytes: int | None = None, approval_handler: HandlerChoice = USE_DEFAULT
+    ) -> FileContent:
+        """Read a whole file, gated like a ``cat`` of it."""
+        ...
+
+    async def read_artifact(
+        self, artifact_id: str, *, stream: str | None = None, offset: int = 0, max_bytes: int = 1 << 20
+    ) -> ArtifactBytes:
+        """Raw stored bytes of an artifact's stream, for programs (no model presentation)."""
         ...
 
     async def read_output(

@@ -211,7 +211,14 @@ class Executor:
             on_unhealthy=functools.partial(self.backend.mark_unhealthy, info.id),
         ) as client:
             with journal:
-                journal.emit(SessionOpened(profile=info.profile, trust=gate_settings.trust, policy=profile.policy))
+                journal.emit(
+                    SessionOpened(
+                        profile=info.profile,
+                        trust=gate_settings.trust,
+                        policy=profile.policy,
+                        gate_mode=profile.gate_mode,
+                    )
+                )
                 reason = "closed"
                 try:
                     async with trio.open_nursery() as nursery:

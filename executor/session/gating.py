@@ -154,6 +154,7 @@ class Gatekeeper:
         request = self.gate.request_for(action, session_id=self.session_id)
         for record in outcome.judgments:
             self.journal_judgment(record, request, action_id=action_id, artifact_id=None)
+        observe = self.profile.gate_mode == "observe"
         journal.emit(
             DecisionEvent(
                 action_id=action_id,
@@ -161,8 +162,11 @@ class Gatekeeper:
                 trust=outcome.trust,
                 judgment_ids=tuple(r.judgment_id for r in outcome.judgments),
                 static_only=outcome.static_only,
+                enforced=not observe or outcome.decision == "allow",
             )
         )
+        if observe:
+            return None  # harness mode: evaluated and journaled above, never blocked; the container is the boundary
         reasons = "\n".join(f"- {reason}" for reason in outcome.reasons)
         if outcome.decision == "deny":
             return Refusal(

@@ -7,8 +7,10 @@ capture/journal bracket (``Gatekeeper.execution``), and presents the stored resu
 
 from __future__ import annotations
 
+import errno
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+import shlex
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -17,22 +19,35 @@ import trio
 from executor.artifacts import SessionArtifacts
 from executor.artifacts.hints import Surface
 from executor.config import Profile, Settings
-from executor.errors import SandboxLost, WriteError
+from executor.errors import ActionDenied, AgentError, ApprovalRequired, CommandRejected, SandboxLost, WriteError
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.gate import Gate
 from executor.journal import JournalWriter
-from executor.models import BashAction, RunResult, RunSpec, WriteAction
+from executor.models import BashAction, CaptureSink, RunResult, RunSpec, StreamName, WriteAction
 from executor.sandbox.agent.client import AgentClient
 from executor.sandbox.base import SessionInfo
-from executor.session.api import USE_DEFAULT, FocusMode, HandlerChoice, Outcome, TaskInfo, ToolResult
+from executor.session.api import (
+    USE_DEFAULT,
+    ArtifactBytes,
+    ExecResult,
+    FileContent,
+    FocusMode,
+    HandlerChoice,
+    Outcome,
+    TaskInfo,
+    ToolResult,
+)
 from executor.session.gating import Gatekeeper
 from executor.session.output import OutputTools
 from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
 from executor.tools.bash import build_run_spec
-from executor.tools.write import WriteTool
+from executor.tools.write import AGENT_PATH, WriteTool
 
 __all__ = ["Session"]
+
+_ARGV_INLINE_BYTES = 96 * 1024
+"""An exec argument list larger than this is handed to bash on stdin rather than in the RUN frame."""
 
 
 class Session:
@@ -132,7 +147,12 @@ class Session:
         return ToolResult(tool=tool, action_id=action_id, outcome=refusal.outcome, text=text)
 
     async def _gate_run(
-        self, spec: RunSpec, approval_handler: HandlerChoice, *, tool: Literal["bash", "task_start"]
+        self,
+        spec: RunSpec,
+        approval_handler: HandlerChoice,
+        *,
+        tool: Literal["bash", "task_start"],
+        exec_argv: tuple[str, ...] | None = None,
     ) -> tuple[str, ToolResult | None]:
         """Gate the exact run ``spec``; returns its action id and, unless it may run, the result to return."""
         action = BashAction(
@@ -142,6 +162,7 @@ class Session:
             env=spec.env,
             stdin_sha256=None if spec.stdin is None else hashlib.sha256(spec.stdin).hexdigest(),
             timeout_ms=spec.timeout_ms,
+            exec_argv=exec_argv,
         )
         action_id = self._gatekeeper.new_action_id()
 
@@ -243,13 +264,23 @@ class Session:
         path: str,
         content: bytes | str,
         *,
+        create_parents: bool = False,
         approval_handler: HandlerChoice = USE_DEFAULT,
     ) -> ToolResult:
         """Create or replace a file in the session, staged and symlink-safe, gated on the exact path and content.
 
         A write the container refuses (a missing folder, a symlink on the path, a non-regular target), whether it
         is found while the target is reviewed or while it is written, is a result with outcome ``error`` and
-        nothing written: the same outcome on every surface.
+        nothing written: the same outcome on every surface. Its ``data`` is ``{"error": CODE, "errno": N}``
+        (``permission``: the session user could not write the file in place, for example after ``chmod -w``, even
+        though its folder is writable; ``not_found``, ``not_regular``, ``symlink``, ``read_only``, ...).
+
+        Args:
+            path: the target (relative paths are inside the workspace).
+            content: the bytes (or text, written as UTF-8).
+            create_parents: create missing parent folders (as the session user); without it a missing folder is
+                refused.
+            approval_handler: who answers an ask for this call.
 
         Raises:
             PathRejected: the path is refused before any container call.
@@ -257,12 +288,12 @@ class Session:
         """
         data = content.encode("utf-8") if isinstance(content, str) else content
         try:
-            prepared = await self._writer.prepare(path, data)
+            prepared = await self._writer.prepare(path, data, create_parents=create_parents)
         except WriteError as exc:
             if isinstance(exc, ValueError):  # PathRejected, ContentRejected: bad input, refused before any call
                 raise
             text = await self._views.sanitize(f"[write refused: {exc}]\nnothing was written to {path}")
-            return ToolResult(tool="write_file", outcome="error", text=text)
+            return ToolResult(tool="write_file", outcome="error", text=text, data=_refusal_data(exc))
         action = WriteAction(
             session_id=self.id,
             path=prepared.path,
@@ -271,11 +302,12 @@ class Session:
             reviewed=prepared.reviewed,
             diff=prepared.diff,
             git_dir=prepared.git_dir,
+            create_parents=prepared.create_parents,
         )
         action_id = self._gatekeeper.new_action_id()
 
         async def current_identity() -> str:
-            again = await self._writer.prepare(path, data)
+            again = await self._writer.prepare(path, data, create_parents=create_parents)
             update = {"reviewed": again.reviewed, "diff": again.diff, "git_dir": again.git_dir}
             return action.model_copy(update=update).identity()
 
@@ -294,6 +326,7 @@ class Session:
                 result = await self._writer.execute(prepared, data)
             except WriteError as exc:
                 outcome = "error"
+                data_out = _refusal_data(exc)
                 summary = f"[write refused: {exc}]"
                 if not exc.committed:
                     summary += f"\nnothing was written to {prepared.path}"
@@ -311,6 +344,174 @@ class Session:
         text = await self._views.sanitize(self._views.bounded(record.id), artifact_id=record.id)
         return ToolResult(
             tool="write_file", outcome=outcome, text=text, action_id=action_id, artifact_id=record.id, data=data_out
+        )
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+        user: str | None = None,
+        max_output_bytes: int | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ExecResult:
+        """Run an argument list directly (no shell), gated and journaled like :meth:`bash`, for programs.
+
+        The gate reads the list as its shell rendering (``shlex.join``); the action's identity binds the exact list,
+        stdin's hash, env, cwd and deadline. ``argv[0]`` without a ``/`` is looked up in ``PATH`` (through
+        ``/usr/bin/env``). A program that cannot be started is a ``failed`` result with exit code 126 (not
+        executable) or 127 (not found) and the reason on stderr, as a shell reports it. Streams are stored whole as
+        an artifact (up to ``artifacts.capture_max_bytes``, then head and tail) and returned whole up to
+        ``max_output_bytes``; no model view is rendered.
+
+        Args:
+            argv: the program and its arguments.
+            stdin: bytes for stdin (then closed); None means /dev/null.
+            cwd: working directory (default: the workspace; relative paths are inside it).
+            env: explicit environment entries, merged last.
+            timeout_ms: deadline (default ``bash.timeout_ms``, at most ``bash.max_timeout_ms``).
+            user: the session user (its uid, ``uid:gid`` or None) only: commands never run as another user.
+            max_output_bytes: bytes of each stream returned (default ``bash.max_stdin_bytes``); more sets
+                ``stdout_truncated``/``stderr_truncated``.
+            approval_handler: who answers an ask for this call.
+
+        Raises:
+            CommandRejected: refused before anything ran (empty list, NUL, size, timeout above the cap, another user).
+        """
+        words = tuple(argv)
+        if not words or not all(isinstance(word, str) for word in words) or not words[0]:
+            raise CommandRejected("exec needs a non-empty list of strings: the program, then its arguments")
+        self._check_user(user)
+        spec = build_run_spec(
+            shlex.join(words),
+            settings=self._settings.bash,
+            profile=self.profile,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+        )
+        cap = self._settings.bash.max_stdin_bytes if max_output_bytes is None else max_output_bytes
+        if cap < 0:
+            raise CommandRejected(f"max_output_bytes must be >= 0, got {cap}")
+        action_id, gated = await self._gate_run(spec, approval_handler, tool="bash", exec_argv=words)
+        if gated is not None:
+            return ExecResult(outcome=gated.outcome, exit_code=None, text=gated.text, action_id=action_id)
+        spawn: list[str] | None = list(words) if words[0].startswith("/") else ["/usr/bin/env", "--", *words]
+        run_spec = spec
+        if sum(len(word.encode("utf-8", "surrogateescape")) + 1 for word in words) > _ARGV_INLINE_BYTES:
+            # Too large for one protocol frame: bash reads `exec -- ARGV` from its stdin pipe and replaces itself
+            # with the program, so the program still gets exactly this list (the kernel's ARG_MAX still applies).
+            spawn, run_spec = None, spec.model_copy(update={"command": "exec -- " + spec.command})
+        with self._gatekeeper.execution(action_id, kind="exec", streams=("stdout", "stderr")) as execution:
+            sink = _TeeSink(execution.capture, cap)
+            try:
+                result = await self._client.run(run_spec, sink, argv=spawn)
+            except SandboxLost:
+                result = _lost(execution.elapsed_ms())
+            except AgentError as exc:
+                if "could not start the command" not in str(exc):
+                    raise
+                # as a shell reports it: 126 found but not executable, 127 not found
+                code = 127 if "No such file" in str(exc) else 126
+                message = f"exec: {words[0]}: {str(exc).rsplit(': ', 1)[-1]}\n".encode()
+                sink.feed("stderr", message)
+                result = RunResult(
+                    cause="exited",
+                    exit_code=code,
+                    signal=None,
+                    duration_ms=execution.elapsed_ms(),
+                    cpu_ms=0.0,
+                    max_rss_kb=0,
+                    stream_bytes={"stderr": len(message)},
+                )
+            record = execution.finish(
+                status="ok" if result.cause == "exited" else result.cause,
+                cause=result.cause,
+                exit_code=result.exit_code,
+                duration_ms=result.duration_ms,
+            )
+        return ExecResult(
+            outcome=outcome_of(result),
+            exit_code=None if result.cause == "sandbox_lost" else result.display_code,
+            stdout=bytes(sink.data["stdout"]),
+            stderr=bytes(sink.data["stderr"]),
+            stdout_truncated="stdout" in sink.overflow,
+            stderr_truncated="stderr" in sink.overflow,
+            text=run_header(result, spec.timeout_ms, spec.grace_ms),
+            action_id=action_id,
+            artifact_id=record.id,
+            run=result,
+        )
+
+    def _check_user(self, user: str | None) -> None:
+        if user is None or user in (str(self.profile.uid), self.profile.user):
+            return
+        raise CommandRejected(
+            f"commands run only as the session user ({self.profile.user}); running as {user!r} is not supported: "
+            "the agent drops every command to one unprivileged user, and root is never used"
+        )
+
+    async def read_file(
+        self, path: str, *, max_bytes: int | None = None, approval_handler: HandlerChoice = USE_DEFAULT
+    ) -> FileContent:
+        """Read a whole regular file as the session user, gated like ``cat -- PATH`` and journaled.
+
+        The same path rules as :meth:`write_file` apply (relative paths are inside the workspace; a symlink on the
+        path is refused). The content is returned, not stored as an artifact and not shown to a model.
+
+        Args:
+            path: the file.
+            max_bytes: largest file accepted (default and ceiling ``write.read_max_bytes``).
+            approval_handler: who answers an ask for this call.
+
+        Raises:
+            PathRejected: the path is refused before any container call.
+            ActionDenied, ApprovalRequired: the gate refused the read (nothing was read).
+            UnsafeTarget: a symlink on the path, or not a regular file (``errno`` EISDIR for a directory).
+            WriteFailed: not found (``errno`` ENOENT), not readable by the session user (EACCES), larger than
+                ``max_bytes`` (EFBIG).
+        """
+        limit = self._settings.write.read_max_bytes
+        cap = limit if max_bytes is None else min(max(max_bytes, 0), limit)
+        resolved = self._writer.resolve(path)
+        read_argv = (AGENT_PATH, "fs-read", resolved, "--max", str(cap))
+        spec = build_run_spec(shlex.join(["cat", "--", resolved]), settings=self._settings.bash, profile=self.profile)
+        action_id, gated = await self._gate_run(spec, approval_handler, tool="bash", exec_argv=read_argv)
+        if gated is not None:
+            refusal = ApprovalRequired if gated.outcome == "blocked" else ActionDenied
+            raise refusal(f"reading {resolved} was refused by the gate: {gated.text}")
+        with self._gatekeeper.execution(action_id, kind="read_file", streams=("output",)) as execution:
+            try:
+                resolved, data, digest = await self._writer.read(path, max_bytes=cap)
+            except WriteError as exc:
+                execution.capture.feed("output", f"[read refused: {exc}]".encode())
+                execution.finish(status="error", exit_code=1)
+                raise
+            execution.capture.feed("output", f"[read {resolved}: {len(data)} bytes, sha256 {digest}]".encode())
+            execution.finish(status="ok", exit_code=0)
+        return FileContent(path=resolved, data=data, sha256=digest, action_id=action_id)
+
+    async def read_artifact(
+        self, artifact_id: str, *, stream: str | None = None, offset: int = 0, max_bytes: int = 1 << 20
+    ) -> ArtifactBytes:
+        """Raw stored bytes of one of this session's artifacts, for programs: no page rendering, no sanitizing, no
+        judgment and no journal entry (use :meth:`read_output` for what a model reads). Read on from
+        ``offset + len(data)`` until ``stored_bytes``.
+
+        Raises:
+            ArtifactNotFound: unknown, malformed or another session's id (one message for all).
+            ArtifactEvicted, StreamNotFound, OutputRangeError: see :meth:`read_output`.
+        """
+        record = self.artifacts.record(artifact_id)
+        name = stream if stream is not None else next(iter(record.streams), "output")
+        # the index's connection belongs to this thread; the read is one bounded pread
+        data, stored, dropped = self.artifacts.read_bytes(artifact_id, stream=name, offset=offset, max_bytes=max_bytes)
+        return ArtifactBytes(
+            artifact_id=record.id, stream=name, offset=offset, data=data, stored_bytes=stored, dropped_bytes=dropped
         )
 
     async def read_output(
@@ -421,3 +622,41 @@ class Session:
             TaskNotFound: no such task.
         """
         return self._tasks.owner_of(task_id)
+
+
+class _TeeSink:
+    """Feeds the artifact capture and keeps each stream's first ``cap`` bytes for the caller."""
+
+    def __init__(self, capture: CaptureSink, cap: int) -> None:
+        self._capture = capture
+        self._cap = cap
+        self.data: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.overflow: set[str] = set()
+
+    def feed(self, stream: StreamName, data: bytes) -> None:
+        self._capture.feed(stream, data)
+        buf = self.data.setdefault(stream, bytearray())
+        room = self._cap - len(buf)
+        if len(data) > room:
+            self.overflow.add(stream)
+            data = data[: max(room, 0)]
+        buf += data
+
+
+def _lost(elapsed_ms: float) -> RunResult:
+    return RunResult(
+        cause="sandbox_lost",
+        exit_code=None,
+        signal=None,
+        duration_ms=elapsed_ms,
+        cpu_ms=0.0,
+        max_rss_kb=0,
+        stream_bytes={},
+    )
+
+
+def _refusal_data(exc: WriteError) -> dict[str, object]:
+    """The structured part of a refused write: which error, and the errno a program would have seen."""
+    code = getattr(exc, "errno", None) or 0
+    names = {errno.EACCES: "permission", errno.ENOENT: "not_found", errno.EISDIR: "is_directory"}
+    return {"error": names.get(code, type(exc).__name__), "errno": code}

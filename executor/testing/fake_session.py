@@ -9,19 +9,39 @@ only ``True`` lets it run.
 
 from __future__ import annotations
 
+import errno
 import itertools
-from collections.abc import AsyncIterator, Mapping
+import shlex
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import trio
 
-from executor.errors import ActionDenied, ApprovalRequired, ArtifactNotFound, SessionNotFound, TaskNotFound
+from executor.errors import (
+    ActionDenied,
+    ApprovalRequired,
+    ArtifactNotFound,
+    SessionNotFound,
+    TaskNotFound,
+    WriteFailed,
+)
 from executor.gate.approvals import ApprovalHandler, request_approval
 from executor.models import BashAction
 from executor.sandbox.base import SessionInfo
-from executor.session import USE_DEFAULT, ExecutorAPI, FocusMode, HandlerChoice, SessionAPI, TaskInfo, ToolResult
+from executor.session import (
+    USE_DEFAULT,
+    ArtifactBytes,
+    ExecResult,
+    ExecutorAPI,
+    FileContent,
+    FocusMode,
+    HandlerChoice,
+    SessionAPI,
+    TaskInfo,
+    ToolResult,
+)
 
 __all__ = ["FakeExecutor", "FakeSession"]
 
@@ -43,6 +63,7 @@ class FakeSession:
     tasks: dict[str, TaskInfo] = field(default_factory=dict)
     closed_event: trio.Event = field(default_factory=trio.Event)
     asks: int = 0
+    files: dict[str, bytes] = field(default_factory=dict)
 
     def _handler(self, given: HandlerChoice) -> ApprovalHandler | None:
         return self.default_handler if given is USE_DEFAULT else given
@@ -90,12 +111,57 @@ class FakeSession:
             stderr_complete=True,
         )
 
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+        user: str | None = None,
+        max_output_bytes: int | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ExecResult:
+        """Record the argument list; it "exits" 0 with empty output."""
+        self.ran.append(shlex.join(argv))
+        return ExecResult(outcome="completed", exit_code=0, artifact_id=f"{self.id}.a{len(self.ran)}")
+
     async def write_file(
-        self, path: str, content: bytes | str, *, approval_handler: HandlerChoice = USE_DEFAULT
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        create_parents: bool = False,
+        approval_handler: HandlerChoice = USE_DEFAULT,
     ) -> ToolResult:
         """Record the write."""
         self.ran.append(f"write {path}")
+        self.files[path] = content.encode() if isinstance(content, str) else content
         return ToolResult(tool="write_file", outcome="completed", text=f"wrote {path}", artifact_id=f"{self.id}.w1")
+
+    async def read_file(
+        self, path: str, *, max_bytes: int | None = None, approval_handler: HandlerChoice = USE_DEFAULT
+    ) -> FileContent:
+        """What this fake wrote to ``path``.
+
+        Raises:
+            WriteFailed: nothing was written there (``errno`` ENOENT).
+        """
+        if path not in self.files:
+            missing = WriteFailed(f"{path} does not exist")
+            missing.errno = errno.ENOENT
+            raise missing
+        return FileContent(path=path, data=self.files[path], sha256=None)
+
+    async def read_artifact(
+        self, artifact_id: str, *, stream: str | None = None, offset: int = 0, max_bytes: int = 1 << 20
+    ) -> ArtifactBytes:
+        """An empty stream of one of this session's artifact ids."""
+        self._check(artifact_id)
+        return ArtifactBytes(
+            artifact_id=artifact_id, stream=stream or "stdout", offset=offset, data=b"", stored_bytes=0, dropped_bytes=0
+        )
 
     @property
     def closed(self) -> bool:

@@ -30,6 +30,7 @@ content that is not there.
 from __future__ import annotations
 
 import difflib
+import errno
 import hashlib
 import json
 import secrets
@@ -54,6 +55,17 @@ from executor.models import CaptureSink, FileState, RunResult, RunSpec, StreamNa
 from executor.tools.paths import resolve_write_path
 
 __all__ = ["AGENT_PATH", "AgentRunner", "PreparedWrite", "WriteResult", "WriteTool", "render_diff"]
+
+_ERRNO_OF: Final = {
+    "not_found": errno.ENOENT,
+    "not_directory": errno.ENOTDIR,
+    "permission": errno.EACCES,
+    "read_only": errno.EROFS,
+    "no_space": errno.ENOSPC,
+    "file_size_limit": errno.EFBIG,
+    "too_large": errno.EFBIG,
+}
+"""The errno set on a :class:`WriteFailed` for each agent error code (anything else: EIO)."""
 
 AGENT_PATH: Final = "/.executor/agent"
 """Where the agent binary lives in every session container."""
@@ -103,6 +115,8 @@ class PreparedWrite(_Model):
     git_dir: str | None = None
     """The git directory (not named ``.git``) the target lies in, when the review found one: the target is then a
     hook or config file git will use (see :meth:`WriteTool.find_git_dir`)."""
+    create_parents: bool = False
+    """Missing parent directories are created by the write (as the session user)."""
 
     @property
     def creates(self) -> bool:
@@ -309,7 +323,7 @@ class WriteTool:
             builtin_denials=self._denials,
         )
 
-    async def prepare(self, path: str, content: bytes) -> PreparedWrite:
+    async def prepare(self, path: str, content: bytes, *, create_parents: bool = False) -> PreparedWrite:
         """Validate, look at the target through the agent, and return the write to review and execute.
 
         Nothing is written. The path and the content size are checked before any container call.
@@ -329,7 +343,7 @@ class WriteTool:
         resolved = self.resolve(path)
         content_sha = _sha256(content)
         git_dir = await self.find_git_dir(resolved)
-        reviewed, old, unreadable = await self._review(resolved)
+        reviewed, old, unreadable = await self._review(resolved, missing_parents_ok=create_parents)
         diff, truncated, binary = await trio.to_thread.run_sync(
             lambda: render_diff(
                 resolved,
@@ -357,6 +371,7 @@ class WriteTool:
             diff_truncated=truncated,
             binary=binary,
             git_dir=git_dir,
+            create_parents=create_parents,
         )
         self._issued[prepared.token] = prepared
         return prepared
@@ -408,6 +423,8 @@ class WriteTool:
             "--content-sha256",
             prepared.content_sha256,
         ]
+        if prepared.create_parents:
+            argv.append("--parents")
         out, _ = await self._call(
             argv, prepared.path, stdin=content, cap=_OUTPUT_CAP, phase="execute", expected_sha=prepared.content_sha256
         )
@@ -459,15 +476,55 @@ class WriteTool:
 
     # ------------------------------------------------------------------ agent calls
 
-    async def _review(self, path: str) -> tuple[FileState, bytes | None, bool]:
+    async def read(self, path: str, *, max_bytes: int) -> tuple[str, bytes, str | None]:
+        """Read a whole regular file as the session user: ``(resolved path, content, sha256)``.
+
+        Raises:
+            PathRejected: the path is refused (see :meth:`resolve`).
+            UnsafeTarget: a symlink on the path, or the target is not a regular file (``errno`` EISDIR for a
+                directory).
+            WriteFailed: not found (``errno`` ENOENT), not readable (EACCES), or larger than ``max_bytes`` (EFBIG).
+            AgentProtocolError, SandboxLost: the agent misbehaved or went away.
+        """
+        resolved = self.resolve(path)
+        out, data = await self._call(
+            [self._agent, "fs-read", resolved, "--max", str(max_bytes)],
+            resolved,
+            stdin=None,
+            cap=_OUTPUT_CAP + max_bytes,
+            phase="read",
+        )
+        state = self._state(out, resolved)
+        length = out.get("length")
+        if not isinstance(length, int) or length != len(data):
+            raise AgentProtocolError(f"fs-read of {resolved} announced {length} bytes and sent {len(data)}")
+        if out.get("truncated") is True:
+            exc = WriteFailed(
+                f"{resolved} is {state.size} bytes, above the {max_bytes}-byte read limit; read it in parts with a "
+                "command (head -c, tail -c) or raise write.read_max_bytes"
+            )
+            exc.errno = errno.EFBIG
+            raise exc
+        return resolved, data, state.sha256
+
+    async def _review(self, path: str, *, missing_parents_ok: bool = False) -> tuple[FileState, bytes | None, bool]:
         """The reviewed state and a bounded prefix of the current content (None when missing or unreadable)."""
         for _ in range(_STAT_TRIES):
-            out, _ = await self._call([self._agent, "fs-stat", path], path, stdin=None, cap=_OUTPUT_CAP, phase="stat")
+            try:
+                out, _ = await self._call(
+                    [self._agent, "fs-stat", path], path, stdin=None, cap=_OUTPUT_CAP, phase="stat"
+                )
+            except WriteFailed as exc:
+                if missing_parents_ok and exc.errno == errno.ENOENT:
+                    return FileState(kind="missing"), None, False  # the write creates the parents
+                raise
             state = self._state(out, path)
             if state.kind == "symlink":
                 raise UnsafeTarget(f"{path} is a symbolic link; writes never follow symlinks: write to the real path")
             if state.kind not in ("missing", "regular"):
-                raise UnsafeTarget(f"{path} is a {state.kind}, not a regular file; only regular files are written")
+                unsafe = UnsafeTarget(f"{path} is a {state.kind}, not a regular file; only regular files are written")
+                unsafe.errno = errno.EISDIR if state.kind == "directory" else 0
+                raise unsafe
             if state.kind == "missing":
                 return state, None, False
             if state.sha256 is None:
@@ -553,7 +610,9 @@ class WriteTool:
         if phase == "execute":
             message += "; this write changed nothing on disk"
         if code in ("symlink", "not_regular"):
-            raise UnsafeTarget(message)
+            unsafe = UnsafeTarget(message)
+            unsafe.errno = errno.EISDIR if out.get("kind") == "directory" else errno.ELOOP if code == "symlink" else 0
+            raise unsafe
         if code == "changed_since_review":
             raise ChangedSinceReview(message)
         if code == "bad_path":
@@ -562,4 +621,7 @@ class WriteTool:
             raise AgentProtocolError(f"the agent refused the {phase} of {path}: {message}")
         if code == "permission":
             message += f" (the session user is uid {self._profile.uid})"
-        raise WriteFailed(message)
+        failed = WriteFailed(message)
+        # The errno says which builtin OSError a program would have seen (the inspect provider maps it).
+        failed.errno = _ERRNO_OF.get(code, errno.EIO)
+        raise failed

@@ -57,6 +57,8 @@ __all__ = ["AgentClient", "AgentInfo", "TaskChunk", "TaskInfo", "open_agent_clie
 
 _RECV_BYTES = 256 * 1024
 _CHANNEL_FRAMES = 64
+_ARG_SAFE_BYTES = 100 * 1024
+"""Longest command passed as ``bash -c``'s argument; a longer one goes on stdin (see :func:`_long_script`)."""
 _CANCEL_SLACK_S = 5.0
 """Beyond grace + drain, how long a cancelled caller waits (shielded) for the agent's result."""
 
@@ -253,6 +255,8 @@ class AgentClient:
             SessionUnhealthy: an earlier call found the agent unresponsive.
             AgentProtocolError: the agent broke the protocol.
         """
+        if argv is None:
+            spec, argv = _long_script(spec)
         payload = encode_run_request(spec, argv=argv)
         counted = _CountingSink(sink)
         started = trio.current_time()
@@ -339,6 +343,8 @@ class AgentClient:
         Its output is kept by the agent (a ring of ``--detached-buffer`` bytes per stream) and read with
         :meth:`read_task`; it survives this connection. ``spec.stdin`` travels inline and must fit one frame.
         """
+        if argv is None:
+            spec, argv = _long_script(spec)
         frame = await self._request(FrameType.START, encode_run_request(spec, argv=argv, detached=True), FrameType.TASK)
         return Fields(frame.payload).text(Tag.TASK)
 
@@ -398,6 +404,23 @@ class _CountingSink:
     def feed(self, stream: str, data: bytes) -> None:
         self.counts[stream] = self.counts.get(stream, 0) + len(data)
         self._sink.feed(stream, data)
+
+
+def _long_script(spec: RunSpec) -> tuple[RunSpec, list[str] | None]:
+    """A command too long for one argument travels ahead of its stdin on the stdin pipe.
+
+    Linux caps one argument (and one environment string) at 128 KiB (``MAX_ARG_STRLEN``), so ``bash -c CMD`` cannot
+    start past it. Then the run is ``bash -c 'eval "$(head -c N)"'`` with stdin = the N script bytes followed by the
+    caller's stdin: ``head -c N`` reads exactly N bytes (GNU head never reads past its count), so the command's own
+    stdin starts where the caller's bytes do (at EOF when the caller gave none). ``$0``, positional parameters and
+    the exit status behave as under ``bash -c``.
+    """
+    script = spec.command.encode("utf-8", "surrogateescape")
+    if len(script) <= _ARG_SAFE_BYTES:
+        return spec, None
+    loader = f'eval "$(head -c {len(script)})"'
+    stdin = script + (spec.stdin or b"")
+    return spec.model_copy(update={"stdin": stdin}), ["/bin/bash", "-c", loader]
 
 
 def _raise_error(frame: Frame) -> None:

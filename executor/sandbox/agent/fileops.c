@@ -15,7 +15,7 @@
  *
  *   fs-stat PATH
  *   fs-read PATH --max N
- *   fs-write PATH --expect EXPECT --max N [--new-mode OCTAL] [--content-sha256 HEX]   (content on stdin)
+ *   fs-write PATH --expect EXPECT --max N [--new-mode OCTAL] [--content-sha256 HEX] [--parents]   (content on stdin)
  *
  *   EXPECT is `missing` or `regular:MODE:UID:GID:DEV:INO:SIZE:MTIME_NS:SHA256` with MODE in octal and SHA256 the
  *   lowercase hex digest, or `-` when the reviewed file was not readable.
@@ -480,6 +480,9 @@ static int fail_errno(int e, const char *component, const char *what)
 
 /* ---------------------------------------------------------------- path walk */
 
+/* fs-write --parents: the walk creates missing parent directories (mode 0755 minus the umask), as the user. */
+static bool g_make_parents;
+
 struct walk {
     int dirfd;              /* O_PATH descriptor of the parent directory */
     char name[FO_NAME_MAX + 1];
@@ -528,6 +531,14 @@ static int walk_parents(const char *path, struct walk *w)
             return 0;
         }
         int next = openat(fd, comp, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT && g_make_parents) {
+            if (mkdirat(fd, comp, 0755) != 0 && errno != EEXIST) {
+                int e = errno;
+                close(fd);
+                return fail_errno(e, w->prefix, "creating directory");
+            }
+            next = openat(fd, comp, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+        }
         if (next < 0) {
             int e = errno;
             struct stat st;
@@ -799,6 +810,8 @@ static int parse_opts(int argc, char **argv, const char *sub, bool write_opts, s
             if (!parse_mode(argv[++i], &o->new_mode))
                 return fail("usage", "", "%s: --new-mode wants an octal mode <= 7777, got %s", sub, argv[i]);
             have_mode = true;
+        } else if (write_opts && strcmp(a, "--parents") == 0 && !g_make_parents) {
+            g_make_parents = true;
         } else if (write_opts && strcmp(a, "--content-sha256") == 0 && has_value && o->content_sha == NULL) {
             o->content_sha = argv[++i];
             if (!is_hex64(o->content_sha))
@@ -1123,6 +1136,18 @@ static int cmd_write(int argc, char **argv)
         goto out_dir;
     }
     bool creating = strcmp(now.kind, "missing") == 0;
+    /* The rename needs only the directory's permission; a shell write needs the file's. Refuse what the session
+     * user could not write in place (chmod -w), like a shell redirect would. */
+    if (!creating && faccessat(dirfd, w.name, W_OK, AT_EACCESS) != 0) {
+        int e = errno;
+        rc = e == EACCES || e == EPERM || e == EROFS
+                 ? fail(e == EROFS ? "read_only" : "permission", w.path,
+                        "%s is not writable by the session user (mode %o); nothing was written: change its mode "
+                        "first (chmod u+w) if it should be replaced",
+                        w.path, want.mode)
+                 : fail_errno(e, w.path, "access check of");
+        goto out_dir;
+    }
 
     int fd = -1;
     rc = create_staging(dirfd, w.name, w.path, &fd);

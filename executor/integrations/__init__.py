@@ -1,0 +1,1 @@
+"""Integrations with agent and evaluation frameworks (surfaces layer): :mod:`executor.integrations.inspect`."""

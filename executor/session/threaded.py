@@ -1,0 +1,273 @@
+"""The session API for asyncio programs: a trio loop hosted in a thread, behind awaitable calls.
+
+::
+
+    executor = ThreadedExecutor(settings)
+    await executor.open()                       # setup and cleanup are separate calls
+    session = await executor.open_session()
+    result = await session.exec(["python3", "-c", "print(1)"])
+    await session.close()
+    await executor.close()
+
+Every method is a coroutine an asyncio task (or any anyio backend's task) awaits; the work runs on the executor's
+own trio loop (one thread per :class:`ThreadedExecutor`), so sessions are opened and closed by one trio task each,
+as the trio API requires, while the caller may open and close them from any task, in any order. Errors leave as
+the executor's own exceptions, never as exception groups. Cancelling the awaiting task does not cancel the trio
+call; it runs to its end (every call is bounded by its own deadline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import anyio.to_thread
+import trio
+
+from executor.config import Settings
+from executor.gate.approvals import ApprovalHandler
+from executor.gate.judge import Judge
+from executor.session.api import USE_DEFAULT, ArtifactBytes, ExecResult, FileContent, HandlerChoice, ToolResult
+from executor.session.executor import Executor, open_executor
+from executor.session.tools import Session
+
+__all__ = ["ThreadedExecutor", "ThreadedSession"]
+
+_T = TypeVar("_T")
+_JOIN_BUDGET_S: Final = 60.0
+
+
+def _sole(exc: BaseException) -> BaseException:
+    """The one error inside nested single-error groups (a nursery's strict wrapping); a real group stays."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class ThreadedSession:
+    """One session, driven from asyncio. Get it from :meth:`ThreadedExecutor.open_session`; :meth:`close` it."""
+
+    def __init__(self, owner: ThreadedExecutor, session: Session) -> None:
+        self._owner = owner
+        self.session = session
+        """The trio session (call it only from the executor's trio thread)."""
+        self._close_requested = trio.Event()
+        self._closed = trio.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self.session.id
+
+    async def _call(self, fn: Callable[[], Awaitable[_T]]) -> _T:
+        return await self._owner._run(fn)
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+        user: str | None = None,
+        max_output_bytes: int | None = None,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ExecResult:
+        """See :meth:`executor.session.Session.exec`."""
+        return await self._call(
+            lambda: self.session.exec(
+                argv,
+                stdin=stdin,
+                cwd=cwd,
+                env=env,
+                timeout_ms=timeout_ms,
+                user=user,
+                max_output_bytes=max_output_bytes,
+                approval_handler=approval_handler,
+            )
+        )
+
+    async def bash(self, command: str, **kwargs: Any) -> ToolResult:
+        """See :meth:`executor.session.Session.bash` (same keyword arguments)."""
+        return await self._call(lambda: self.session.bash(command, **kwargs))
+
+    async def write_file(
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        create_parents: bool = False,
+        approval_handler: HandlerChoice = USE_DEFAULT,
+    ) -> ToolResult:
+        """See :meth:`executor.session.Session.write_file`."""
+        return await self._call(
+            lambda: self.session.write_file(
+                path, content, create_parents=create_parents, approval_handler=approval_handler
+            )
+        )
+
+    async def read_file(
+        self, path: str, *, max_bytes: int | None = None, approval_handler: HandlerChoice = USE_DEFAULT
+    ) -> FileContent:
+        """See :meth:`executor.session.Session.read_file`."""
+        return await self._call(
+            lambda: self.session.read_file(path, max_bytes=max_bytes, approval_handler=approval_handler)
+        )
+
+    async def read_artifact(
+        self, artifact_id: str, *, stream: str | None = None, offset: int = 0, max_bytes: int = 1 << 20
+    ) -> ArtifactBytes:
+        """See :meth:`executor.session.Session.read_artifact`."""
+        return await self._call(
+            lambda: self.session.read_artifact(artifact_id, stream=stream, offset=offset, max_bytes=max_bytes)
+        )
+
+    async def close(self) -> None:
+        """Leave the session: everything it started is killed and its container removed. Idempotent."""
+        await self._owner._run(self._close)
+
+    async def _close(self) -> None:
+        self._close_requested.set()
+        await self._closed.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
+class ThreadedExecutor:
+    """An executor on its own trio loop in a thread, for asyncio programs (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        approval_handler: ApprovalHandler | None = None,
+        judge: Judge | None = None,
+    ) -> None:
+        self._settings = settings
+        self._handler = approval_handler
+        self._judge = judge
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._executor: Executor | None = None
+        self._stop: trio.Event | None = None
+        self._failure: BaseException | None = None
+
+    @property
+    def executor(self) -> Executor:
+        """The trio executor (call it only from its trio thread)."""
+        if self._executor is None:
+            raise RuntimeError("the executor is not open; await open() first")
+        return self._executor
+
+    async def open(self) -> None:
+        """Start the trio thread and open the executor (engine, artifact store, judge).
+
+        Raises:
+            EngineUnavailable: no Docker engine answers.
+            RuntimeError: already open.
+        """
+        if self._thread is not None:
+            raise RuntimeError("the executor is already open")
+        ready = threading.Event()
+
+        async def host() -> None:
+            self._stop = trio.Event()
+            try:
+                async with (
+                    open_executor(self._settings, approval_handler=self._handler, judge=self._judge) as executor,
+                    trio.open_nursery() as nursery,
+                ):
+                    self._executor, self._nursery = executor, nursery
+                    self._token = trio.lowlevel.current_trio_token()
+                    ready.set()
+                    await self._stop.wait()
+                    nursery.cancel_scope.cancel()
+            except BaseException as exc:
+                self._failure = _sole(exc)
+            finally:
+                ready.set()
+
+        self._thread = threading.Thread(target=trio.run, args=(host,), name="executor-trio", daemon=True)
+        self._thread.start()
+        await anyio.to_thread.run_sync(ready.wait)
+        if self._token is None or self._failure is not None:
+            await anyio.to_thread.run_sync(self._thread.join, _JOIN_BUDGET_S)
+            self._thread = None
+            failure, self._failure = self._failure, None
+            raise failure or RuntimeError("the executor's trio thread stopped during open")
+
+    async def _run(self, fn: Callable[[], Awaitable[_T]]) -> _T:
+        token = self._token
+        if token is None:
+            raise RuntimeError("the executor is not open; await open() first")
+
+        async def call() -> _T:
+            return await fn()
+
+        def blocking() -> _T:
+            return trio.from_thread.run(call, trio_token=token)
+
+        try:
+            return await anyio.to_thread.run_sync(blocking)
+        except BaseExceptionGroup as group:
+            raise _sole(group) from None
+
+    async def open_session(
+        self,
+        *,
+        profile: str | None = None,
+        image: str | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+    ) -> ThreadedSession:
+        """Start a session container; :meth:`ThreadedSession.close` removes it.
+
+        Raises:
+            ConfigError, ImageError, AgentError, EngineUnavailable, EngineError: see
+                :meth:`executor.session.Executor.open_session`.
+        """
+
+        async def host(task_status: trio.TaskStatus[ThreadedSession]) -> None:
+            handle: ThreadedSession | None = None
+            try:
+                async with self.executor.open_session(profile=profile, image=image, name=name, owner=owner) as s:
+                    handle = ThreadedSession(self, s)
+                    task_status.started(handle)
+                    await handle._close_requested.wait()
+            except BaseException as exc:
+                if handle is None:
+                    raise
+                if not isinstance(exc, trio.Cancelled):
+                    handle._error = _sole(exc)  # the closer re-raises it; the executor's other sessions live on
+                else:
+                    raise
+            finally:
+                if handle is not None:
+                    handle._closed.set()
+
+        async def start() -> ThreadedSession:
+            assert self._nursery is not None
+            session: ThreadedSession = await self._nursery.start(host)
+            return session
+
+        return await self._run(start)
+
+    async def close(self) -> None:
+        """Close every session still open and the executor, and stop the trio thread. Idempotent."""
+        thread, token, stop = self._thread, self._token, self._stop
+        if thread is None:
+            return
+        if token is not None and stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                await anyio.to_thread.run_sync(lambda: trio.from_thread.run_sync(stop.set, trio_token=token))
+        await anyio.to_thread.run_sync(thread.join, _JOIN_BUDGET_S)
+        self._thread = self._token = self._nursery = self._executor = None
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
