@@ -271,7 +271,7 @@ class BashSettings(_Section):
 class WriteSettings(_Section):
     """The write tool: staged, symlink-safe file writes."""
 
-    max_bytes: Bytes = Field(16 * _MIB, ge=0, le=1024 * _MIB)
+    max_bytes: Bytes = Field(64 * _MIB, ge=0, le=1024 * _MIB)
     """Largest file content one write may carry."""
     new_file_mode: int = Field(0o644, ge=0, le=0o7777)
     """Mode of a file the write creates (an existing file keeps its own mode)."""
