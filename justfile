@@ -13,9 +13,9 @@ default:
 # Create the virtual environment, install the package and its dev tools, build the agent.
 setup:
     @if [ ! -x {{py}} ]; then echo "==> creating {{venv}}"; python3 -m venv {{venv}}; fi
-    @if ! {{py}} -c 'import executor, pytest, mypy' 2>/dev/null || [ pyproject.toml -nt {{venv}}/.installed ]; then \
+    @if ! {{py}} -c 'import executor, pytest, mypy, inspect_ai' 2>/dev/null || [ pyproject.toml -nt {{venv}}/.installed ]; then \
         echo "==> installing the executor and its dev tools into {{venv}}"; \
-        {{py}} -m pip install --quiet --disable-pip-version-check -e '.[dev]' && touch {{venv}}/.installed; fi
+        {{py}} -m pip install --quiet --disable-pip-version-check -e '.[dev,inspect]' && touch {{venv}}/.installed; fi
     @echo "==> building the in-container agent"
     @{{exe}} agent build
 

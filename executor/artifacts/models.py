@@ -3,7 +3,9 @@
 Every model is frozen and forbids extra fields. Positions are given in the stream's *true* coordinates: line
 numbers and byte offsets as the command produced them, even after a capture cap dropped a middle part.
 
-Bytes that are not UTF-8 are never lost: ``ReadPage.data`` holds the exact stored bytes (base64 in JSON) and
+Bytes that are not UTF-8 are never lost: ``ReadPage.data`` holds the exact stored bytes (in JSON: base64 with the
+URL-safe alphabet of RFC 4648 section 5, ``-`` and ``_`` for ``+`` and ``/``, padded; decode it with
+``base64.urlsafe_b64decode``, since a standard decoder silently drops ``-`` and ``_``) and
 ``ReadPage.text`` their display form, with every byte that is not part of a valid UTF-8 sequence written as
 ``\\xNN`` (Python's ``backslashreplace``). Pages never split a valid code point, so the display form of a
 concatenation equals the concatenation of the display forms.

@@ -252,9 +252,9 @@ def test_max_depth_bounds_nesting_exactly() -> None:
 
 
 def test_journal_limits_defaults() -> None:
-    """The journal section defaults to fsync at action boundaries, 1 MiB lines and depth 32."""
+    """The journal section defaults to fsync at action boundaries, 16 MiB lines and depth 32."""
     journal = load_settings().journal
-    assert (journal.fsync, journal.max_line_bytes, journal.max_depth) == ("action", 1024 * 1024, 32)
+    assert (journal.fsync, journal.max_line_bytes, journal.max_depth) == ("action", 16 * 1024 * 1024, 32)
 
 
 @pytest.mark.parametrize(

@@ -60,8 +60,8 @@ def test_the_cap_is_a_setting() -> None:
 
 def test_oversized_command_is_refused_before_anything_runs() -> None:
     """A command larger than max_command_bytes is refused, and the limit is configurable."""
-    with pytest.raises(CommandRejected, match=r"above the 262144-byte limit"):
-        _spec("x" * 262_145)
+    with pytest.raises(CommandRejected, match=r"above the 2097152-byte limit"):
+        _spec("x" * 2_097_153)
     with pytest.raises(CommandRejected, match=r"above the 100-byte limit"):
         _spec("x" * 101, overrides={"bash": {"max_command_bytes": 100}})
 

@@ -1140,8 +1140,8 @@ static int cmd_write(int argc, char **argv)
      * user could not write in place (chmod -w), like a shell redirect would. */
     if (!creating && faccessat(dirfd, w.name, W_OK, AT_EACCESS) != 0) {
         int e = errno;
-        rc = e == EACCES || e == EPERM || e == EROFS
-                 ? fail(e == EROFS ? "read_only" : "permission", w.path,
+        rc = e == EACCES || e == EPERM
+                 ? fail("permission", w.path,
                         "%s is not writable by the session user (mode %o); nothing was written: change its mode "
                         "first (chmod u+w) if it should be replaced",
                         w.path, want.mode)

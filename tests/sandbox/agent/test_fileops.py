@@ -514,3 +514,30 @@ def test_usage_errors_exit_2_with_json(agent: Path, args: list[str]) -> None:
     """Malformed command lines exit 2 with a JSON usage error and touch nothing."""
     result = run(agent, *args)
     assert (result.rc, result.error) == (2, "usage")
+
+
+def test_write_refuses_a_file_the_user_could_not_write_in_place(agent: Path, work: Path) -> None:
+    """After chmod -w the write is refused with permission although the folder is writable; the file is unchanged."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the agent as another user")
+    work.chmod(0o777)
+    target = work / "ro.txt"
+    target.write_bytes(b"original")
+    os.chown(target, 1000, 1000)
+    target.chmod(0o444)
+    result = write(agent, target, b"replaced", user=1000)
+    assert (result.rc, result.error) == (1, "permission"), result.out
+    assert "not writable by the session user" in result.out["message"]
+    assert target.read_bytes() == b"original"
+    assert leftovers(work) == []
+
+
+def test_write_with_parents_creates_missing_folders(agent: Path, work: Path) -> None:
+    """--parents creates the missing folders on the way; without it a missing folder is not_found."""
+    target = work / "a" / "b" / "f.txt"
+    refused = write(agent, target, b"x", expect="missing")
+    assert (refused.rc, refused.error) == (1, "not_found")
+    made = write(agent, target, b"x", expect="missing", extra=("--parents",))
+    assert made.rc == 0, made.out
+    assert target.read_bytes() == b"x"
+    assert stat.S_ISDIR((work / "a" / "b").stat().st_mode)
