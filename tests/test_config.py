@@ -72,6 +72,7 @@ def test_environment_accepts_json_for_tables() -> None:
         ({"env": {"A,B": "x"}}, "profiles.bad.env", "without '=', ',' or NUL"),
         ({"tmp_size": "abc"}, "profiles.bad.tmp_size", "not a size"),
         ({"surprise": 1}, "profiles.bad.surprise", "unknown setting"),
+        ({"gate_mode": "off"}, "profiles.bad.gate_mode", "'enforce' or 'observe'"),
     ],
 )
 def test_bad_profiles_fail_at_load_naming_the_field(profile: dict[str, object], field: str, needle: str) -> None:
@@ -84,6 +85,18 @@ def test_unknown_top_level_setting_is_rejected() -> None:
     """A misspelled section is an error, not silently ignored."""
     with pytest.raises(ConfigError, match=r"bsah: unknown setting"):
         load_settings(overrides={"bsah": {"timeout_ms": 1}})
+
+
+def test_harness_mode_and_the_file_limits_have_safe_defaults() -> None:
+    """The gate enforces unless a profile says observe; reads cap at 64 MiB; commands up to 2 MiB are accepted."""
+    settings = load_settings()
+    assert settings.profile().gate_mode == "enforce"
+    assert (settings.write.read_max_bytes, settings.write.max_bytes) == (64 * 1024**2, 64 * 1024**2)
+    assert (settings.bash.max_command_bytes, settings.bash.max_stdin_bytes) == (2 * 1024**2, 64 * 1024**2)
+    observed = load_settings(overrides={"profiles": {"default": {"gate_mode": "observe"}}})
+    assert observed.profile().gate_mode == "observe"
+    with pytest.raises(ConfigError, match=r"write.read_max_bytes: .*less than or equal"):
+        load_settings(overrides={"write": {"read_max_bytes": "65M"}})
 
 
 def test_max_timeout_must_cover_the_default() -> None:

@@ -45,7 +45,9 @@ def test_write_then_replace_shows_the_diff_and_lands_in_the_session(home: Path, 
 
         no_folder = cli(home, "write", "--session", name, "--json", "absent/b.txt", stdin=b"x")
         assert no_folder.code == 1
-        assert (no_folder.json()["outcome"], no_folder.json()["write"]) == ("error", None)
+        # a refused write says which error, as the Python API and MCP do
+        refusal = {"error": "not_found", "errno": 2}
+        assert (no_folder.json()["outcome"], no_folder.json()["write"]) == ("error", refusal)
         assert no_folder.json()["text"].startswith("[write refused: directory /workspace/absent does not exist")
 
         missing = cli(home, "write", "--session", name, "a.txt", "--from", str(tmp_path / "absent"))

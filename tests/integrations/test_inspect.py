@@ -15,16 +15,16 @@ import pytest
 
 pytest.importorskip("inspect_ai", reason="the inspect extra is not installed (pip install -e '.[inspect]')")
 
-from inspect_ai import Task, eval  # noqa: E402
-from inspect_ai.dataset import Sample  # noqa: E402
-from inspect_ai.model import ModelOutput, ModelUsage, get_model  # noqa: E402
-from inspect_ai.scorer import Score, Target, accuracy, scorer  # noqa: E402
-from inspect_ai.solver import TaskState, generate, use_tools  # noqa: E402
-from inspect_ai.tool import bash  # noqa: E402
-from inspect_ai.util import SandboxEnvironment, sandbox  # noqa: E402
-from inspect_ai.util._sandbox.self_check import *  # noqa: E402, F403
+from inspect_ai import Task, eval
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ModelOutput, ModelUsage, get_model
+from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer
+from inspect_ai.solver import TaskState, generate, use_tools
+from inspect_ai.tool import bash
+from inspect_ai.util import SandboxEnvironment, SandboxEnvironmentSpec, sandbox
+from inspect_ai.util._sandbox.self_check import *  # noqa: F403
 
-from executor.integrations.inspect import ExecutorSandboxConfig, ExecutorSandboxEnvironment  # noqa: E402
+from executor.integrations.inspect import ExecutorSandboxConfig, ExecutorSandboxEnvironment
 
 pytestmark = pytest.mark.docker
 
@@ -76,7 +76,7 @@ def test_every_unsupported_check_is_listed_in_the_readme() -> None:
 
 
 @scorer(metrics=[accuracy()])
-def _file_written() -> object:
+def _file_written() -> Scorer:
     async def score(state: TaskState, target: Target) -> Score:
         content = await sandbox().read_file("answer.txt")
         listing = await sandbox().exec(["ls", "-1"])
@@ -104,7 +104,7 @@ def test_an_inspect_eval_runs_commands_and_writes_files_in_the_sandbox(base_imag
         dataset=[Sample(input="write 42 to answer.txt", target="42\n")],
         solver=[use_tools(bash()), generate()],
         scorer=_file_written(),
-        sandbox=("executor", ExecutorSandboxConfig(home=str(home), gate_mode="observe")),
+        sandbox=SandboxEnvironmentSpec("executor", ExecutorSandboxConfig(home=str(home), gate_mode="observe")),
     )
     logs = eval(
         task,

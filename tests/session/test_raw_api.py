@@ -17,12 +17,13 @@ from executor.session.threaded import ThreadedExecutor
 pytestmark = pytest.mark.docker
 
 
-def _observe(settings: Settings) -> Settings:
+def _observe(settings: Settings, **overrides: object) -> Settings:
     return load_settings(
         overrides={
             "home": str(settings.home),
             "agent": {"build_dir": str(settings.agent.build_dir)},
             "profiles": {"default": {"gate_mode": "observe"}},
+            **overrides,
         }
     )
 
@@ -64,8 +65,10 @@ async def test_commands_past_the_kernel_argument_limit_run(engine_settings: Sett
 
 
 async def test_read_file_returns_bytes_and_refuses_like_a_write(engine_settings: Settings) -> None:
-    """read_file returns whole bytes; missing, directory, unreadable and too large are typed errors."""
-    async with open_executor(_observe(engine_settings)) as ex, ex.open_session() as session:
+    """read_file returns whole bytes; missing, directory, unreadable and too large (write.read_max_bytes) are typed
+    errors."""
+    settings = _observe(engine_settings, write={"read_max_bytes": 6})
+    async with open_executor(settings) as ex, ex.open_session() as session:
         await session.write_file("data.bin", b"\xc3\x28\x00\xff")
         content = await session.read_file("data.bin")
         assert (content.path, content.data) == ("/workspace/data.bin", b"\xc3\x28\x00\xff")
@@ -83,6 +86,9 @@ async def test_read_file_returns_bytes_and_refuses_like_a_write(engine_settings:
         with pytest.raises(WriteFailed, match="read limit") as large:
             await session.read_file("data.bin", max_bytes=2)
         assert large.value.errno == errno.EFBIG
+        await session.write_file("seven.txt", b"1234567")
+        with pytest.raises(WriteFailed, match="6-byte read limit"):
+            await session.read_file("seven.txt", max_bytes=100)
 
 
 async def test_a_write_the_session_user_could_not_make_is_refused(engine_settings: Settings) -> None:
