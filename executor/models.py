@@ -289,7 +289,9 @@ class WriteAction(_Model):
         invalidate an approval, while any change to the bytes or to the target does.
         """
         # git_dir and create_parents join the payload only when set, so identities of earlier writes stay as before.
-        unset = ({"git_dir"} if self.git_dir is None else set()) | (set() if self.create_parents else {"create_parents"})
+        unset = {"git_dir"} if self.git_dir is None else set()
+        if not self.create_parents:
+            unset.add("create_parents")
         payload = {"v": 1, **self.model_dump(mode="json", exclude={"diff"} | unset)}
         return hashlib.sha256(canonical_json(payload)).hexdigest()
 
