@@ -35,6 +35,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── ActionDenied (PermissionError)    the gate said no
     │   ├── ApprovalRequired (PermissionError)    an ask with nobody to answer it (blocked)
     │   ├── ApprovalInvalidated               the action changed between request and resolution
+    │   ├── ApprovalNotFound (LookupError)    no such pending approval (answered, expired, or not yours)
     │   └── JudgeError                        a judge failed (the gate fails closed on it)
     └── JournalError                          the decision journal
         └── JournalCorrupt (ValueError)       a journal line that does not parse or validate
@@ -50,6 +51,7 @@ __all__ = [
     "AgentError",
     "AgentProtocolError",
     "ApprovalInvalidated",
+    "ApprovalNotFound",
     "ApprovalRequired",
     "ArtifactError",
     "ArtifactEvicted",
@@ -215,6 +217,10 @@ class ApprovalRequired(GateError, PermissionError):
 
 class ApprovalInvalidated(GateError):
     """The action changed between the approval request and its resolution; nothing ran."""
+
+
+class ApprovalNotFound(GateError, LookupError):
+    """No such pending approval: answered already, expired, or another owner's."""
 
 
 class JudgeError(GateError):

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import typer
 
-from executor.cli import agent_cmd, bg_cmd, config_cmd, demo_cmd, image_cmd, mcp_cmd, output_cmd, session_cmd
+from executor.cli import (
+    agent_cmd,
+    bg_cmd,
+    config_cmd,
+    demo_cmd,
+    image_cmd,
+    mcp_cmd,
+    output_cmd,
+    serve_cmd,
+    session_cmd,
+)
 from executor.cli._common import CliState
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
@@ -25,6 +35,7 @@ app.command("replay")(replay_command)
 app.add_typer(image_cmd.app, name="image")
 app.add_typer(session_cmd.app, name="session")
 app.command("mcp")(mcp_cmd.mcp)
+app.command("serve")(serve_cmd.serve)
 app.command("exec")(exec_command)
 app.command("write")(write_command)
 app.add_typer(output_cmd.app, name="output")
