@@ -5,6 +5,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
 
     ExecutorError
     ├── ConfigError (ValueError)              settings, profiles or policy files that do not load
+    ├── ServiceUnavailable (ConnectionError)  no executor service answers (executor.client)
     ├── SandboxError                          the container side
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
@@ -75,6 +76,7 @@ __all__ = [
     "PatternTimeout",
     "SandboxError",
     "SandboxLost",
+    "ServiceUnavailable",
     "SessionNotFound",
     "SessionUnhealthy",
     "StreamNotFound",
@@ -91,6 +93,10 @@ class ExecutorError(Exception):
 
 class ConfigError(ExecutorError, ValueError):
     """Settings, a profile or a policy file failed to load; the message names the field."""
+
+
+class ServiceUnavailable(ExecutorError, ConnectionError):
+    """No executor service answers at the address a client was given (or it went away mid-call)."""
 
 
 class SandboxError(ExecutorError):

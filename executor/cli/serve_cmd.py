@@ -41,7 +41,7 @@ def _single(exc: BaseException) -> BaseException:
 
 
 async def _serve(settings: Settings, api_key: str | None) -> None:
-    from executor.service.server import serve as run_service  # noqa: PLC0415  # heavy; only this command needs it
+    from executor.service.server import serve as run_service  # heavy; only this command needs it
 
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(lambda task_status: run_service(settings, api_key=api_key, task_status=task_status))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import secrets
 import posixpath
+import secrets
 import shlex
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -68,7 +68,7 @@ from executor.service.wire import (
     TaskView,
     WriteRequest,
 )
-from executor.session import Session, ToolResult
+from executor.session import ToolResult
 from executor.tools.bash import build_run_spec
 
 __all__ = ["build_app"]
@@ -256,9 +256,7 @@ class _Api:
         live = LiveStream(self.svc.stream_buffer_bytes)
         raw = RawStreams(self.svc.result_stream_max_bytes)
         owner = self.owner(request)
-        handler = (
-            self.service.approval_handler(session.id, owner, live.note) if body.approvals == "wait" else None
-        )
+        handler = self.service.approval_handler(session.id, owner, live.note) if body.approvals == "wait" else None
 
         def tee(stream: str, data: bytes) -> None:
             raw.add(stream, data)
@@ -442,17 +440,20 @@ class _Api:
             return _json(Result.model_validate(first.model_dump()))
 
         async def lines() -> AsyncIterator[bytes]:
-            current = first
+            current, asked = first, query.offset
             while True:
-                yield _line(PageEvent(result=Result.model_validate(current.model_dump())))
                 data = current.data or {}
                 offset = int(str(data.get("next_offset", 0)))
-                if not data.get("running") and offset >= int(str(data.get("end", 0))):
+                done = not data.get("running") and offset >= int(str(data.get("end", 0)))
+                if offset > asked or done or current is first:
+                    # Pages with nothing new are not sent: a follower sees new bytes, and the end.
+                    yield _line(PageEvent(result=Result.model_validate(current.model_dump())))
+                if done:
                     return
                 if offset >= int(str(data.get("end", 0))):
                     await _sleep(_FOLLOW_POLL_S)
                 try:
-                    current = await page(offset)
+                    current, asked = await page(offset), offset
                 except ExecutorError as exc:
                     yield _line(ErrorEvent(error=ErrorInfo(type=type(exc).__name__, message=str(exc))))
                     return
@@ -483,7 +484,7 @@ class _Api:
 
 
 async def _sleep(seconds: float) -> None:
-    import anyio  # noqa: PLC0415  # starlette's own loop abstraction; the service runs it on trio
+    import anyio  # starlette's own loop abstraction; the service runs it on trio
 
     await anyio.sleep(seconds)
 
@@ -607,4 +608,3 @@ def build_app(service: Service, *, mcp: ASGIApp | None = None) -> ASGIApp:
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return _Auth(app, service.svc.tokens, mcp)
-

@@ -116,7 +116,9 @@ def openapi_document(version: str) -> dict[str, Any]:
     s = "/v1/sessions/{session}"
     list_of = lambda model: {"type": "array", "items": _ref(model)}  # noqa: E731
     paths: dict[str, Any] = {
-        "/v1/health": {"get": {"operationId": "health", "responses": {"200": _ok("the service's state", _ref(Health))}}},
+        "/v1/health": {
+            "get": {"operationId": "health", "responses": {"200": _ok("the service's state", _ref(Health))}}
+        },
         "/v1/metrics": {
             "get": {
                 "operationId": "metrics",
@@ -155,8 +157,11 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "parameters": _params(None, *session_path),
                 "requestBody": _json_body(ExecRequest),
                 "responses": {
-                    "200": _ok("ndjson: one ExecEvent per line, ending with a result or an error", exec_event,
-                               "application/x-ndjson"),
+                    "200": _ok(
+                        "ndjson: one ExecEvent per line, ending with a result or an error",
+                        exec_event,
+                        "application/x-ndjson",
+                    ),
                     **_errors(400, 404, 502),
                 },
             }

@@ -9,7 +9,6 @@ removes its socket.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -44,7 +43,7 @@ def no_tcp_tokens_error() -> ConfigError:
     """The refusal to listen on TCP without bearer tokens."""
     return ConfigError(
         "service.tcp: the TCP listener refuses to start without a bearer token; set at least one (16+ characters) "
-        "with [service] tokens = [\"...\"] in the config file or EXECUTOR_SERVICE__TOKENS='[\"...\"]'"
+        'with [service] tokens = ["..."] in the config file or EXECUTOR_SERVICE__TOKENS=\'["..."]\''
     )
 
 
@@ -71,7 +70,7 @@ async def _mcp_app(executor: Any, settings: Settings) -> AsyncIterator[Any]:
         yield None
         return
     # Imported here: the MCP SDK is slow to import, and a service without tokens does not need it.
-    from executor.mcp.server import open_surface  # noqa: PLC0415
+    from executor.mcp.server import open_surface
 
     async with open_surface(
         executor, transport="http", tokens=settings.service.tokens, host=settings.service.host
@@ -117,7 +116,7 @@ async def serve(
                 async with trio.open_nursery() as nursery:
                     serving = partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown.wait, mode="asgi")
                     bound: list[str] = await nursery.start(serving)
-                    os.chmod(path, 0o600)
+                    path.chmod(0o600)
                     task_status.started(bound)
                     async for _ in signals:
                         break
@@ -127,6 +126,8 @@ async def serve(
 
 
 async def _shutdown(service: Service, shutdown: trio.Event) -> None:
-    logger.warning("stopping: no new work; %d running command(s) get %.1fs", service.running, service.svc.shutdown_grace_s)
+    logger.warning(
+        "stopping: no new work; %d running command(s) get %.1fs", service.running, service.svc.shutdown_grace_s
+    )
     await service.drain(service.svc.shutdown_grace_s)
     shutdown.set()
