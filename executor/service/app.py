@@ -262,11 +262,13 @@ class _Api:
             raw.add(stream, data)
             live.chunk(stream, data)
 
+        artifacts: list[str] = []
+
         async def job() -> None:
             started = time.monotonic()
             try:
                 async with self.service.using(held):
-                    with tee_captures(tee, kind="bash"):
+                    with tee_captures(tee, kind="bash", on_begin=artifacts.append):
                         result = await session.bash(
                             body.command,
                             cwd=body.cwd,
@@ -284,6 +286,12 @@ class _Api:
                 logger.exception("exec failed")
                 live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message=f"the service failed: {exc}")))
                 return
+            except BaseException:
+                # Cancelled by the service's shutdown: the agent has killed the run's process group.
+                artifact = artifacts[-1] if artifacts else None
+                self.service.metrics.command("cancelled", time.monotonic() - started)
+                live.close(ResultEvent(result=_cancelled(raw, artifact)))
+                raise
             self.service.metrics.command(result.outcome, time.monotonic() - started)
             live.close(ResultEvent(result=_exec_result(result, raw)))
 
@@ -500,6 +508,22 @@ def _exec_result(result: ToolResult, raw: RawStreams) -> ExecResult:
     stderr, stderr_whole = raw.get("stderr")
     return ExecResult(
         **result.model_dump(),
+        stdout=stdout,
+        stderr=stderr,
+        stdout_whole=stdout_whole,
+        stderr_whole=stderr_whole,
+    )
+
+
+def _cancelled(raw: RawStreams, artifact_id: str | None) -> ExecResult:
+    stdout, stdout_whole = raw.get("stdout")
+    stderr, stderr_whole = raw.get("stderr")
+    kept = f"; partial output is kept in artifact {artifact_id}" if artifact_id else ""
+    return ExecResult(
+        tool="bash",
+        outcome="cancelled",
+        text=f"[cancelled: the service is shutting down; the whole process group was killed{kept}]",
+        artifact_id=artifact_id,
         stdout=stdout,
         stderr=stderr,
         stdout_whole=stdout_whole,

@@ -10,6 +10,7 @@ unnamed sessions the service opened are removed, named and attached ones are lef
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import time
@@ -36,6 +37,8 @@ from executor.service.wire import (
 from executor.session import Executor, Session
 
 __all__ = ["Draining", "Held", "LiveStream", "Metrics", "RawStreams", "Service", "open_service"]
+
+logger = logging.getLogger("executor.service")
 
 T = TypeVar("T")
 Stream = Literal["stdout", "stderr"]
@@ -97,7 +100,7 @@ class LiveStream:
         if self._closed:
             return
         for name in ("stdout", "stderr"):
-            self._flush_dropped(name)  # type: ignore[arg-type]  # the two literal stream names
+            self._flush_dropped(name)
         self._events.append(event)
         self._closed = True
         self._wake.set()
@@ -307,6 +310,7 @@ class Service:
         except Exception:
             if held is None:
                 raise  # not started: the request that asked gets the error
+            logger.exception("closing session %s failed", held.session.id)
         finally:
             if held is not None:
                 self.held.pop(held.session.id, None)
@@ -460,6 +464,10 @@ class Service:
         with trio.move_on_after(grace_s):
             await self._idle.wait()
         self._work.cancel_scope.cancel()
+        # Cancelled runs unwind through the agent (kill, then its result): wait for that, bounded, so their
+        # clients get the final event before the listener closes.
+        with trio.move_on_after(_CLOSE_BUDGET_S):
+            await self._idle.wait()
 
     # -- approvals ---------------------------------------------------------------------------------------------
 
@@ -524,15 +532,15 @@ async def open_service(executor: Executor, settings: Settings) -> AsyncIterator[
     """The service's state over ``executor``; leaving drains nothing (call :meth:`Service.drain` first) and closes
     every held session (unnamed ones the service opened are removed)."""
     async with trio.open_nursery() as holds:
+        # The work nursery lives in a task of its own, so cancelling it (drain) cancels the work and nothing else:
+        # the caller's body (the listener, answering the cancelled runs' clients) runs outside its scope.
+        work: trio.Nursery = await holds.start(_own_nursery)
+        service = Service(executor, settings, holds, work, time.time())
+        holds.start_soon(service.reap_idle)
         try:
-            async with trio.open_nursery() as work:
-                service = Service(executor, settings, holds, work, time.time())
-                holds.start_soon(service.reap_idle)
-                try:
-                    yield service
-                finally:
-                    work.cancel_scope.cancel()
+            yield service
         finally:
+            work.cancel_scope.cancel()
             for held in list(service.held.values()):
                 held.closing.set()
             holds.cancel_scope.deadline = trio.current_time() + _CLOSE_BUDGET_S
@@ -540,6 +548,12 @@ async def open_service(executor: Executor, settings: Settings) -> AsyncIterator[
             with suppress(Exception):
                 await _wait_closed(service)
             holds.cancel_scope.cancel()
+
+
+async def _own_nursery(*, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    async with trio.open_nursery() as nursery:
+        task_status.started(nursery)
+        await trio.sleep_forever()
 
 
 async def _wait_closed(service: Service) -> None:

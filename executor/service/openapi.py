@@ -29,7 +29,7 @@ from executor.service.wire import (
     WriteRequest,
 )
 
-__all__ = ["openapi_document"]
+__all__ = ["list_of", "openapi_document"]
 
 _REF: Final = "#/components/schemas/{model}"
 _MODELS: Final[tuple[type[BaseModel], ...]] = (
@@ -99,6 +99,11 @@ def _params(model: type[BaseModel] | None, *path: str) -> list[dict[str, Any]]:
     return out
 
 
+def list_of(model: type[BaseModel]) -> dict[str, Any]:
+    """An array of ``model``."""
+    return {"type": "array", "items": _ref(model)}
+
+
 def _ndjson(adapter: TypeAdapter[Any]) -> dict[str, Any]:
     return adapter.json_schema(ref_template=_REF)
 
@@ -114,7 +119,6 @@ def openapi_document(version: str) -> dict[str, Any]:
         schemas.update(extra.pop("$defs", {}))
     session_path = ["session"]
     s = "/v1/sessions/{session}"
-    list_of = lambda model: {"type": "array", "items": _ref(model)}  # noqa: E731
     paths: dict[str, Any] = {
         "/v1/health": {
             "get": {"operationId": "health", "responses": {"200": _ok("the service's state", _ref(Health))}}

@@ -109,7 +109,7 @@ async def serve(
     async with open_executor(settings, api_key=api_key) as executor, AsyncExitStack() as stack:
         service = await stack.enter_async_context(open_service(executor, settings))
         mcp = await stack.enter_async_context(_mcp_app(executor, settings))
-        app = build_app(service, mcp=mcp)
+        app: Any = build_app(service, mcp=mcp)  # starlette's ASGI type, which hypercorn spells differently
         shutdown = trio.Event()
         try:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

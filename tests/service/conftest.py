@@ -36,7 +36,9 @@ class ServiceProcess:
         self.stderr: list[str] = []
 
     def start(self) -> None:
-        """Start it and wait until it listens (bounded)."""
+        """Start it (again, after a stop) and wait until it listens (bounded)."""
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
         self.stderr = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "executor.cli", "serve"],

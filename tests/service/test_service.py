@@ -269,7 +269,7 @@ def test_request_size_is_bounded(service_factory: Any) -> None:
     service.start()
     with service.client() as client:
         session = client.create_session().id
-        with pytest.raises(ExecutorError, match="service.max_request_bytes"):
+        with pytest.raises(ExecutorError, match=r"service\.max_request_bytes"):
             client.write(session, "big.txt", "x" * 4096)
         assert client.write(session, "small.txt", "x" * 100).outcome == "completed"
 
