@@ -189,6 +189,12 @@ def _transport_kwargs(url: str | None, socket: str | os.PathLike[str] | None) ->
     return _BASE, str(socket if socket is not None else default_socket())
 
 
+def _check_socket(uds: str | None, where: str) -> None:
+    # Said before httpx tries: its unix-socket connect leaves the socket object unclosed when the path is missing.
+    if uds is not None and not Path(uds).exists():
+        raise ServiceUnavailable(f"no executor service answers at {where}: start one with `executor serve`")
+
+
 def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
@@ -213,6 +219,7 @@ class Client:
         timeout_s: float = _DEFAULT_TIMEOUT_S,
     ) -> None:
         base, uds = _transport_kwargs(url, socket)
+        self._uds = uds
         self._where = uds or base
         self._timeout = timeout_s
         self._http = httpx.Client(
@@ -233,6 +240,7 @@ class Client:
         self._http.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> bytes:
+        _check_socket(self._uds, self._where)
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -244,6 +252,7 @@ class Client:
 
     @contextmanager
     def _stream(self, method: str, path: str, adapter: TypeAdapter[Any], **kwargs: Any) -> Iterator[Iterator[Any]]:
+        _check_socket(self._uds, self._where)
         timeout = httpx.Timeout(self._timeout, read=None)
         try:
             with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
@@ -532,6 +541,7 @@ class AsyncClient:
         timeout_s: float = _DEFAULT_TIMEOUT_S,
     ) -> None:
         base, uds = _transport_kwargs(url, socket)
+        self._uds = uds
         self._where = uds or base
         self._timeout = timeout_s
         self._http = httpx.AsyncClient(
@@ -552,6 +562,7 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> bytes:
+        _check_socket(self._uds, self._where)
         try:
             response = await self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -565,6 +576,7 @@ class AsyncClient:
     async def _stream(
         self, method: str, path: str, adapter: TypeAdapter[Any], **kwargs: Any
     ) -> AsyncIterator[AsyncIterator[Any]]:
+        _check_socket(self._uds, self._where)
         timeout = httpx.Timeout(self._timeout, read=None)
         try:
             async with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
