@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from executor.artifacts import tee_captures
 from executor.errors import (
+    AgentError,
     ApprovalNotFound,
     ArtifactError,
     CommandRejected,
@@ -110,6 +111,10 @@ def _status_of(exc: ExecutorError) -> int:
         return 400
     if isinstance(exc, WriteError):
         return 409
+    if isinstance(exc, AgentError) and "(spawn_failed)" in str(exc):
+        # The command could not start (a missing cwd): the caller's input, not the sandbox failing. The session
+        # layer raises it as an agent error; it belongs there as CommandRejected.
+        return 400
     if isinstance(exc, SandboxError):
         return 502
     return 503

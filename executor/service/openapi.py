@@ -184,7 +184,10 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "parameters": _params(FilesQuery, *session_path),
                 "requestBody": {
                     "required": True,
-                    "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+                    "content": {
+                        "application/x-tar": {"schema": {"type": "string", "format": "binary"}},
+                        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                    },
                 },
                 "responses": {"200": _ok("the unpack's result", _ref(ExecResult)), **_errors(400, 404, 413, 502)},
             },

@@ -287,3 +287,49 @@ def test_unix_socket_is_private_and_openapi_is_valid(shared_service: ServiceProc
     with httpx.Client(transport=transport, base_url="http://x") as raw:
         assert raw.get("/v1/nowhere").status_code == 404
         assert raw.post("/v1/sessions", content=b"{not json").status_code == 422
+
+
+def test_api_fuzzed_from_its_openapi_document(shared_service: ServiceProcess, tmp_path: Path) -> None:
+    """Schemathesis, driven by the published document against a real session, finds no 5xx answer."""
+    import shutil
+    import subprocess
+    import sys
+
+    st = Path(sys.executable).parent / "st"
+    if not st.exists():
+        st = Path(shutil.which("st") or "st")
+    with shared_service.tcp_client(TOKEN_A) as client:
+        session = client.create_session().id
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(f'[parameters]\n"path.session" = "{session}"\n', encoding="utf-8")
+    done = subprocess.run(
+        [
+            str(st),
+            "--config-file",
+            str(config),
+            "run",
+            f"{shared_service.url}/v1/openapi.json",
+            "-H",
+            f"Authorization: Bearer {TOKEN_A}",
+            "--checks",
+            "not_a_server_error",
+            "--exclude-operation-id",
+            "createSession",
+            "--exclude-operation-id",
+            "stopSession",
+            "--max-examples",
+            "10",
+            "--phases",
+            "coverage,fuzzing",
+            "--seed",
+            "1",
+            "-w",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "passed" in done.stdout
