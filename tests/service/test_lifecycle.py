@@ -129,10 +129,13 @@ def test_sigkill_leaves_nothing_running_and_named_sessions_come_back(service_fac
 
 
 def test_bounds_from_settings(service_factory: Any) -> None:
-    """approval_timeout_s denies an unanswered ask, result_stream_max_bytes bounds the raw streams, idle_s stops an
-    idle session, and session_idle_s is the default limit."""
+    """approval_timeout_s denies an unanswered ask, result_stream_max_bytes bounds the raw streams,
+    download_max_bytes bounds a download, idle_s stops an idle session, and session_idle_s is the default limit."""
     service: ServiceProcess = service_factory(
-        service__approval_timeout_s="1", service__result_stream_max_bytes="16", service__session_idle_s="777"
+        service__approval_timeout_s="1",
+        service__result_stream_max_bytes="16",
+        service__session_idle_s="777",
+        service__download_max_bytes="2048",
     )
     service.start()
     with service.client() as client:
@@ -142,6 +145,9 @@ def test_bounds_from_settings(service_factory: Any) -> None:
         assert asked.outcome == "denied"
         long = client.exec(session.id, "seq 1 100")
         assert len(long.stdout) == 16 and not long.stdout_whole and long.stderr_whole
+        client.exec(session.id, "mkdir big && head -c 8192 /dev/zero > big/zeros")
+        with pytest.raises(ExecutorError, match=r"service\.download_max_bytes"):
+            client.download_tar(session.id, "big")
         short = client.create_session(idle_s=1)
         _poll(lambda: short.id not in {s.id for s in client.list_sessions()}, 60, "the idle session to stop")
 
@@ -154,3 +160,16 @@ def test_tcp_without_tokens_is_refused_at_start(tmp_path: Any) -> None:
     )
     assert done.returncode == 2
     assert b"service.tcp" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_a_second_service_on_the_same_home_is_refused(service_factory: Any) -> None:
+    """One service per home: a second ``executor serve`` on a live socket exits 125 and says why."""
+    service: ServiceProcess = service_factory()
+    service.start()
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.cli", "serve"], env=service.env, capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 125
+    assert b"already listens" in done.stderr
+    with service.client() as client:
+        assert client.health().status == "ok"

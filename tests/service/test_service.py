@@ -333,3 +333,20 @@ def test_api_fuzzed_from_its_openapi_document(shared_service: ServiceProcess, tm
     )
     assert done.returncode == 0, done.stdout[-4000:]
     assert "passed" in done.stdout
+
+
+def test_mcp_endpoint_is_served_beside_the_api(shared_service: ServiceProcess) -> None:
+    """With tokens set, /mcp answers an MCP initialize for a valid token and 401 without one."""
+    assert shared_service.url is not None
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    headers = {"accept": "application/json, text/event-stream"}
+    with httpx.Client(base_url=shared_service.url, timeout=30) as raw:
+        assert raw.post("/mcp", json=initialize, headers=headers).status_code == 401
+        answer = raw.post("/mcp", json=initialize, headers={**headers, "authorization": f"Bearer {TOKEN_A}"})
+        assert answer.status_code == 200, answer.text
+        assert "serverInfo" in answer.text
