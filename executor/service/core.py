@@ -254,7 +254,7 @@ class Service:
         self._work = work
         self.started = started
         self.held: dict[str, Held] = {}
-        self._locks: dict[str, trio.Lock] = {}
+        self._attach_lock = trio.Lock()
         self._pending: dict[str, _Pending] = {}
         self.metrics = Metrics()
         self.running = 0
@@ -331,8 +331,16 @@ class Service:
         Raises:
             SessionNotFound: no such running session, or another owner's.
         """
-        lock = self._locks.setdefault(id_or_name, trio.Lock())
-        async with lock:
+        held = self._find_held(id_or_name)
+        if held is None:
+            held = await self._attach(id_or_name, owner)
+        if not owns(held.session.owner, owner):
+            raise _not_found(id_or_name)
+        return held
+
+    async def _attach(self, id_or_name: str, owner: str | None) -> Held:
+        # One attach at a time: two first requests for one session must not hold it twice (attaches are rare).
+        async with self._attach_lock:
             held = self._find_held(id_or_name)
             if held is None:
                 self.check_open()
@@ -344,9 +352,7 @@ class Service:
                     limit = self.svc.session_idle_s if info.name is not None else None
                     opener = partial(self.executor.attach_session, info.id, owner=info.owner)
                     held = await self._start_hold(opener, limit)
-        if not owns(held.session.owner, owner):
-            raise _not_found(id_or_name)
-        return held
+            return held
 
     async def stop(self, id_or_name: str, owner: str | None) -> None:
         """Kill everything the session started and remove it.

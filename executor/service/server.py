@@ -115,7 +115,10 @@ async def serve(
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
                     serving = partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown.wait, mode="asgi")
-                    bound: list[str] = await nursery.start(serving)
+                    try:
+                        bound: list[str] = await nursery.start(serving)
+                    except OSError as exc:
+                        raise ExecutorError(f"cannot listen on {', '.join(config.bind)}: {exc}") from exc
                     path.chmod(0o600)
                     task_status.started(bound)
                     async for _ in signals:
