@@ -351,6 +351,9 @@ class _Api:
             chmod, _ = await self._gated_bash(held, owner, f"chmod {mode} -- {shlex.quote(path)}")
             if chmod.outcome != "completed":
                 return _json(Result.model_validate(chmod.model_dump()))
+            # The write reports the mode it staged with; say what the file has now.
+            update = {"text": f"{result.text}\n[mode set to {mode}]", "data": {**(result.data or {}), "mode_set": mode}}
+            result = result.model_copy(update=update)
         return _json(Result.model_validate(result.model_dump()))
 
     async def upload(self, request: Request) -> Response:

@@ -112,6 +112,7 @@ def test_write_creates_parents_and_sets_a_mode(shared_service: ServiceProcess) -
         session = client.create_session().id
         written = client.write(session, "deep/er/run.sh", "echo ran\n", parents=True, mode="755")
         assert written.outcome == "completed", written.text
+        assert written.data is not None and written.data["mode_set"] == "755"
         ran = client.exec(session, "stat -c %a deep/er/run.sh && ./deep/er/run.sh")
         assert ran.stdout == b"755\nran\n"
 
