@@ -351,3 +351,23 @@ def test_mcp_endpoint_is_served_beside_the_api(shared_service: ServiceProcess) -
         answer = raw.post("/mcp", json=initialize, headers={**headers, "authorization": f"Bearer {TOKEN_A}"})
         assert answer.status_code == 200, answer.text
         assert "serverInfo" in answer.text
+
+
+def test_a_slow_client_never_blocks_the_command(shared_service: ServiceProcess) -> None:
+    """A client that reads nothing while 64 MiB stream out does not hold the command or the session: the command
+    ends, another command runs, and the late reader gets a dropped note and a result counting every byte."""
+    size = 64 * 1024 * 1024
+    with shared_service.client() as client, shared_service.client() as other:
+        session = client.create_session().id
+        with client.stream_exec(session, f"head -c {size} /dev/zero") as events:
+            deadline = time.monotonic() + 120
+            while other.health().running and time.monotonic() < deadline:
+                assert other.exec(session, "echo alongside").stdout == b"alongside\n"
+            assert other.health().running == 0
+            seen = list(events)
+        dropped = sum(e.bytes for e in seen if e.kind == "dropped")
+        streamed = sum(len(e.data) for e in seen if e.kind == "chunk")
+        result = seen[-1].result
+        assert dropped > 0 and streamed + dropped == size
+        assert result.run is not None and result.run.stream_bytes["stdout"] == size
+        assert not result.stdout_whole
