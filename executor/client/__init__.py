@@ -261,9 +261,8 @@ class Client:
 
                 def events() -> Iterator[Any]:
                     try:
-                        for line in response.iter_lines():
-                            if line:
-                                yield adapter.validate_json(line)
+                        for line in _lines(response.iter_bytes()):
+                            yield adapter.validate_json(line)
                     except httpx.TransportError as exc:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
 
@@ -517,6 +516,24 @@ class Client:
         self._call("POST", f"/v1/approvals/{_segment(approval_id)}", content=body)
 
 
+def _split(buffer: bytearray, fresh: int) -> list[bytes]:
+    """Take the complete ndjson lines off the front of ``buffer`` whose last ``fresh`` bytes just arrived (bytes:
+    no text decoding of large lines; only the fresh bytes are searched for the line end)."""
+    end = buffer.rfind(b"\n", max(0, len(buffer) - fresh))
+    if end < 0:
+        return []
+    lines = [line for line in bytes(buffer[:end]).split(b"\n") if line]
+    del buffer[: end + 1]
+    return lines
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
+        yield from _split(buffer, len(chunk))
+
+
 def _pages(events: Iterator[Any]) -> Iterator[Result]:
     for event in events:
         if isinstance(event, PageEvent):
@@ -585,8 +602,10 @@ class AsyncClient:
 
                 async def events() -> AsyncIterator[Any]:
                     try:
-                        async for line in response.aiter_lines():
-                            if line:
+                        buffer = bytearray()
+                        async for chunk in response.aiter_bytes():
+                            buffer += chunk
+                            for line in _split(buffer, len(chunk)):
                                 yield adapter.validate_json(line)
                     except httpx.TransportError as exc:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc

@@ -63,13 +63,21 @@ def owns(session_owner: str | None, caller: str | None) -> bool:
 # Live streams.
 
 
+_COALESCE_MAX: Final = 1024 * 1024
+_Queued = tuple[Stream, bytearray] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
+
+
 class LiveStream:
     """Events between a running command and its client, bounded per stream: a slow client loses chunks (told by
-    a ``dropped`` event), a gone one (:meth:`detach`) loses the rest; the command never waits for either."""
+    a ``dropped`` event), a gone one (:meth:`detach`) loses the rest; the command never waits for either.
+
+    Chunks of one stream that queue up behind a slower reader are merged (up to 1 MiB an event), so a reader that
+    falls behind catches up with fewer, larger events instead of dropping.
+    """
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._events: deque[ChunkEvent | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent] = deque()
+        self._events: deque[_Queued] = deque()
         self._buffered: dict[str, int] = {"stdout": 0, "stderr": 0}
         self._dropped: dict[str, int] = {"stdout": 0, "stderr": 0}
         self._wake = trio.Event()
@@ -78,14 +86,18 @@ class LiveStream:
 
     def chunk(self, stream: str, data: bytes) -> None:
         """Queue bytes of ``stream`` (a capture tee: never blocks, never raises)."""
-        if self.detached or self._closed or stream not in self._buffered:
+        if self.detached or self._closed or stream not in self._buffered or not data:
             return
         name: Stream = "stdout" if stream == "stdout" else "stderr"
         if self._buffered[name] + len(data) > self._limit:
             self._dropped[name] += len(data)
             return
         self._flush_dropped(name)
-        self._events.append(ChunkEvent(stream=name, data=data))
+        last = self._events[-1] if self._events else None
+        if isinstance(last, tuple) and last[0] == name and len(last[1]) + len(data) <= _COALESCE_MAX:
+            last[1].extend(data)
+        else:
+            self._events.append((name, bytearray(data)))
         self._buffered[name] += len(data)
         self._wake.set()
 
@@ -99,8 +111,8 @@ class LiveStream:
         """Queue the final event; nothing follows it."""
         if self._closed:
             return
-        for name in ("stdout", "stderr"):
-            self._flush_dropped(name)
+        self._flush_dropped("stdout")
+        self._flush_dropped("stderr")
         self._events.append(event)
         self._closed = True
         self._wake.set()
@@ -119,10 +131,13 @@ class LiveStream:
         """The events in order, until the final one."""
         while True:
             while self._events:
-                event = self._events.popleft()
-                if isinstance(event, ChunkEvent):
-                    self._buffered[event.stream] -= len(event.data)
-                yield event
+                item = self._events.popleft()
+                if isinstance(item, tuple):
+                    name, data = item
+                    self._buffered[name] -= len(data)
+                    yield ChunkEvent(stream=name, data=bytes(data))
+                else:
+                    yield item
             if self._closed:
                 return
             # No checkpoint between the emptiness check and the new event: a producer cannot slip in unseen.

@@ -173,3 +173,22 @@ def test_service_settings_accept_sizes_and_none() -> None:
     """Sizes take units; the idle limit may be none."""
     section = ServiceSettings(max_request_bytes="1m", session_idle_s=None)
     assert section.max_request_bytes == 1024**2 and section.session_idle_s is None
+
+
+async def test_live_stream_merges_chunks_a_slow_reader_has_not_taken() -> None:
+    """Chunks of one stream queued behind a reader come out as one event, in order, with nothing lost."""
+    live = LiveStream(limit=1024)
+    for part in (b"a", b"b", b"c"):
+        live.chunk("stdout", part)
+    live.chunk("stderr", b"x")
+    live.chunk("stdout", b"d")
+    live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message="end")))
+    chunks = [(e.stream, e.data) async for e in live.events() if isinstance(e, ChunkEvent)]
+    assert chunks == [("stdout", b"abc"), ("stderr", b"x"), ("stdout", b"d")]
+
+
+def test_client_splits_ndjson_on_bytes() -> None:
+    """Lines split across reads are joined; several lines in one read come out in order."""
+    from executor.client import _lines
+
+    assert list(_lines(iter([b'{"a":', b'1}\n{"b":2}\n{', b'"c":3}\n']))) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
