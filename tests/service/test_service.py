@@ -156,7 +156,10 @@ def test_two_tokens_see_only_their_own(shared_service: ServiceProcess) -> None:
     """Over TCP each token owns its sessions and asks; another token gets "not found", no token gets 401."""
     with shared_service.tcp_client(TOKEN_A) as a, shared_service.tcp_client(TOKEN_B) as b:
         mine = a.create_session().id
-        assert a.exec(mine, "echo a").stdout == b"a\n"
+        ran = a.exec(mine, "echo a")
+        assert ran.stdout == b"a\n" and ran.artifact_id is not None
+        with pytest.raises(SessionNotFound):
+            b.read_output(mine, ran.artifact_id)
         assert mine in {s.id for s in a.list_sessions()}
         assert mine not in {s.id for s in b.list_sessions()}
         for call in (
