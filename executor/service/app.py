@@ -304,6 +304,8 @@ class _Api:
                 live.close(ResultEvent(result=_cancelled(raw, artifact)))
                 raise
             self.service.metrics.command(result.outcome, time.monotonic() - started)
+            if result.run is not None and result.run.cause == "sandbox_lost":
+                self.service.release(held)
             live.close(ResultEvent(result=_exec_result(result, raw)))
 
         self.service.spawn(job)
@@ -332,6 +334,8 @@ class _Api:
 
         result = await self.service.run(run)
         self.service.metrics.command(result.outcome, (result.run.duration_ms / 1000) if result.run else 0.0)
+        if result.run is not None and result.run.cause == "sandbox_lost":
+            self.service.release(held)
         return result, raw
 
     async def write(self, request: Request) -> Response:

@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, TypeVar
 import trio
 
 from executor.config import Settings
-from executor.errors import ApprovalNotFound, ExecutorError, SessionNotFound
+from executor.errors import AgentError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
 from executor.service.wire import (
     ApprovalView,
@@ -328,7 +328,8 @@ class Service:
             logger.exception("closing session %s failed", held.session.id)
         finally:
             if held is not None:
-                self.held.pop(held.session.id, None)
+                if self.held.get(held.session.id) is held:
+                    del self.held[held.session.id]
                 held.done.set()
 
     def _find_held(self, id_or_name: str) -> Held | None:
@@ -391,12 +392,21 @@ class Service:
             raise _not_found(id_or_name)
         await self.executor.stop_session(info.id, owner=None)
 
+    def release(self, held: Held) -> None:
+        """Stop holding a session whose sandbox is lost: the next request finds it again (or "not found")."""
+        if self.held.get(held.session.id) is held:
+            del self.held[held.session.id]
+        held.closing.set()
+
     @asynccontextmanager
     async def using(self, held: Held) -> AsyncIterator[Session]:
         """Mark the session busy (the idle clock stops) while a request uses it."""
         held.busy += 1
         try:
             yield held.session
+        except (SandboxLost, AgentError):
+            self.release(held)
+            raise
         finally:
             held.busy -= 1
             held.last_used = time.monotonic()

@@ -374,3 +374,25 @@ def test_a_slow_client_never_blocks_the_command(shared_service: ServiceProcess) 
         assert dropped > 0 and streamed + dropped == size
         assert result.run is not None and result.run.stream_bytes["stdout"] == size
         assert not result.stdout_whole
+
+
+def test_a_session_removed_behind_the_service_is_let_go(shared_service: ServiceProcess) -> None:
+    """A held session stopped by someone else gives one sandbox_lost result, then "not found"."""
+    import subprocess
+    import sys
+
+    with shared_service.client() as client:
+        name = new_name()
+        client.create_session(name=name)
+        assert client.exec(name, "true").outcome == "completed"
+        subprocess.run(
+            [sys.executable, "-m", "executor.cli", "session", "stop", name],
+            env=shared_service.env,
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        lost = client.exec(name, "true")
+        assert lost.outcome == "error" and lost.run is not None and lost.run.cause == "sandbox_lost"
+        with pytest.raises(SessionNotFound):
+            client.exec(name, "true")
