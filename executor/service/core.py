@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, TypeVar
 import trio
 
 from executor.config import Settings
-from executor.errors import AgentError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
+from executor.errors import AgentProtocolError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
 from executor.service.wire import (
     ApprovalView,
@@ -404,7 +404,8 @@ class Service:
         held.busy += 1
         try:
             yield held.session
-        except (SandboxLost, AgentError):
+        except (SandboxLost, AgentProtocolError):
+            # The connection is gone (a refused spawn, an AgentError, is the caller's input and keeps it).
             self.release(held)
             raise
         finally:

@@ -334,6 +334,7 @@ def test_api_fuzzed_from_its_openapi_document(shared_service: ServiceProcess, tm
         text=True,
         timeout=220,
         check=False,
+        cwd=tmp_path,  # schemathesis keeps its state (.schemathesis/) in the working folder
     )
     assert done.returncode == 0, done.stdout[-4000:]
     assert "passed" in done.stdout
