@@ -47,7 +47,7 @@ __all__ = [
 API_VERSION = "v1"
 """The JSON API's version: its path prefix."""
 
-Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error"]
+Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
 """How a tool call ended (the in-process API's vocabulary)."""
 
 

@@ -8,7 +8,7 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import pytest
@@ -24,7 +24,7 @@ from executor.errors import (
     TaskNotFound,
 )
 from executor.service.wire import ChunkEvent, ExecResult, Result
-from executor.session import ToolResult
+from executor.session import Outcome, ToolResult
 from tests.service.conftest import TOKEN_A, TOKEN_B, ServiceProcess, new_name
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
@@ -36,6 +36,8 @@ ASKED = "touch asked-{tag} && crontab -l"
 def test_result_fields_are_the_in_process_ones() -> None:
     """A service result carries exactly ToolResult's fields (the exec result adds only the raw streams)."""
     assert set(Result.model_fields) == set(ToolResult.model_fields)
+    assert get_args(Result.model_fields["outcome"].annotation) == get_args(Outcome)
+    assert get_args(Result.model_fields["tool"].annotation) == get_args(ToolResult.model_fields["tool"].annotation)
     assert set(ExecResult.model_fields) - set(ToolResult.model_fields) == {
         "stdout",
         "stderr",
