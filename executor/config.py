@@ -46,6 +46,7 @@ __all__ = [
     "JudgeSettings",
     "McpSettings",
     "Profile",
+    "ServiceSettings",
     "Settings",
     "WriteSettings",
     "load_settings",
@@ -420,6 +421,48 @@ class McpSettings(_Section):
         return value
 
 
+def _check_tokens(value: tuple[str, ...]) -> tuple[str, ...]:
+    for token in value:
+        if len(token) < 16:
+            raise ValueError("each bearer token must be at least 16 characters")
+    return value
+
+
+class ServiceSettings(_Section):
+    """The long-running service (``executor serve``): its listeners, bounds and shutdown."""
+
+    socket: Path | None = None
+    """Unix socket path (mode 0600); unset: ``service.sock`` under ``home``."""
+    tcp: bool = False
+    """Also listen on TCP at ``host:port`` (requires ``tokens``)."""
+    host: str = "127.0.0.1"
+    """Address the TCP listener binds."""
+    port: int = Field(8766, ge=0, le=65535)
+    """Port the TCP listener binds (0: any free port)."""
+    tokens: tuple[str, ...] = ()
+    """Bearer tokens; each owns its own sessions, tasks, artifacts and approvals (the unix socket accepts none)."""
+    max_request_bytes: Bytes = Field(64 * _MIB, ge=1024, le=4 * 1024 * _MIB)
+    """Largest request body (an upload's tar, a write's content); larger is refused with 413."""
+    stream_buffer_bytes: Bytes = Field(4 * _MIB, ge=4096, le=1024 * _MIB)
+    """Per-stream buffer of a live exec stream; a slower client loses chunks (a ``dropped`` event says how many
+    bytes), never the artifact."""
+    result_stream_max_bytes: Bytes = Field(1 * _MIB, ge=0, le=1024 * _MIB)
+    """Raw stdout/stderr carried in an exec result (each); ``*_whole`` says whether it is all of it."""
+    download_max_bytes: Bytes = Field(256 * _MIB, ge=1024, le=16 * 1024 * _MIB)
+    """Largest tar stream a download may produce (held in memory while a slow client reads it)."""
+    approval_timeout_s: float = Field(600.0, gt=0, le=7 * 86_400.0)
+    """How long an ask waits for an out-of-band answer (``POST /v1/approvals/{id}``) before it is denied."""
+    session_idle_s: float | None = Field(3600.0, gt=0, le=365 * 86_400.0)
+    """Default idle limit of a session created through the service (none: no limit); a request may override it."""
+    shutdown_grace_s: float = Field(30.0, ge=0, le=3600.0)
+    """On SIGTERM, how long running commands may finish before their process groups are killed."""
+
+    @field_validator("tokens")
+    @classmethod
+    def _long_tokens(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_tokens(value)
+
+
 _FORBIDDEN_MOUNT_HINT = "mounting the Docker socket hands the sandbox the host; remove it (no loosening allows this)"
 
 
@@ -631,6 +674,8 @@ class Settings(BaseSettings):
     """Decision journal."""
     mcp: McpSettings = McpSettings()
     """MCP server."""
+    service: ServiceSettings = ServiceSettings()
+    """The service (``executor serve``)."""
 
     @field_validator("profiles", mode="before")
     @classmethod
