@@ -347,7 +347,7 @@ class _Api:
             if parent:
                 made, _ = await self._gated_bash(held, owner, f"mkdir -p -- {shlex.quote(parent)}")
                 if made.outcome != "completed":
-                    return _json(Result.model_validate(made.model_dump()))
+                    return _json(_wire(made))
         handler = self.service.approval_handler(held.session.id, owner)
 
         async def run() -> ToolResult:
@@ -360,11 +360,11 @@ class _Api:
             mode = body.mode.lstrip("0") or "0"
             chmod, _ = await self._gated_bash(held, owner, f"chmod {mode} -- {shlex.quote(path)}")
             if chmod.outcome != "completed":
-                return _json(Result.model_validate(chmod.model_dump()))
+                return _json(_wire(chmod))
             # The write reports the mode it staged with; say what the file has now.
             update = {"text": f"{result.text}\n[mode set to {mode}]", "data": {**(result.data or {}), "mode_set": mode}}
             result = result.model_copy(update=update)
-        return _json(Result.model_validate(result.model_dump()))
+        return _json(_wire(result))
 
     async def upload(self, request: Request) -> Response:
         query = self.query(request, FilesQuery)
@@ -410,7 +410,7 @@ class _Api:
                 line_count=query.line_count,
                 start_byte_in_line=query.start_byte_in_line,
             )
-        return _json(Result.model_validate(result.model_dump()))
+        return _json(_wire(result))
 
     async def search_output(self, request: Request) -> Response:
         query = self.query(request, SearchQuery)
@@ -423,7 +423,7 @@ class _Api:
                 limit=query.limit,
                 start_line=query.start_line,
             )
-        return _json(Result.model_validate(result.model_dump()))
+        return _json(_wire(result))
 
     # -- tasks -------------------------------------------------------------------------------------------------
 
@@ -446,7 +446,7 @@ class _Api:
                 )
 
         result = await self.service.run(run)
-        return _json(Result.model_validate(result.model_dump()), status=201)
+        return _json(_wire(result), status=201)
 
     async def read_task(self, request: Request) -> Response:
         query = self.query(request, TaskReadQuery)
@@ -463,7 +463,7 @@ class _Api:
 
         first = await page(query.offset)
         if not query.follow:
-            return _json(Result.model_validate(first.model_dump()))
+            return _json(_wire(first))
 
         async def lines() -> AsyncIterator[bytes]:
             current, asked = first, query.offset
@@ -473,7 +473,7 @@ class _Api:
                 done = not data.get("running") and offset >= int(str(data.get("end", 0)))
                 if offset > asked or done or current is first:
                     # Pages with nothing new are not sent: a follower sees new bytes, and the end.
-                    yield _line(PageEvent(result=Result.model_validate(current.model_dump())))
+                    yield _line(PageEvent(result=_wire(current)))
                 if done:
                     return
                 if offset >= int(str(data.get("end", 0))):
@@ -521,11 +521,20 @@ def _validation_message(exc: ValidationError) -> str:
     return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
 
 
+_TEXT_STREAMS: Final = frozenset({"stdout", "stderr", "stdout_complete", "stderr_complete"})
+
+
+def _wire(result: ToolResult) -> Result:
+    """A session result on the wire: the same fields, but the raw streams of a run travel as bytes (ExecResult),
+    not as the session result's UTF-8 text."""
+    return Result.model_validate(result.model_dump(exclude=set(_TEXT_STREAMS)))
+
+
 def _exec_result(result: ToolResult, raw: RawStreams) -> ExecResult:
     stdout, stdout_whole = raw.get("stdout")
     stderr, stderr_whole = raw.get("stderr")
     return ExecResult(
-        **result.model_dump(),
+        **_wire(result).model_dump(),
         stdout=stdout,
         stderr=stderr,
         stdout_whole=stdout_whole,

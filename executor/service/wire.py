@@ -141,7 +141,7 @@ class ExecRequest(_Wire):
 class Result(_Wire):
     """What one tool call returns: the model's view plus the structured facts (``ToolResult``'s fields)."""
 
-    tool: Literal["bash", "write_file", "read_output", "search_output", "task"]
+    tool: Literal["bash", "write_file", "read_output", "search_output", "task_start", "task_read"]
     """Which tool produced it."""
     outcome: Outcome
     """How the call ended."""
@@ -151,6 +151,8 @@ class Result(_Wire):
     """The gated action's id."""
     artifact_id: str | None = None
     """The artifact holding every captured stream whole."""
+    task_id: str | None = None
+    """The background task's id (task tools)."""
     run: RunResult | None = None
     """Exit code, cause, duration, CPU, max RSS and orphans of a bash run."""
     exit_code: int | None = None
