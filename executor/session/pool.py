@@ -159,17 +159,19 @@ class WarmPool:
             nursery.start_soon(self._watch_image)
             task_status.started()
             while True:
-                not_before = self._not_before if self._waiters else max(self._not_before, self._refill_at)
-                delay = not_before - trio.current_time()
-                if delay > 0:
-                    await trio.sleep(delay)
+                now = trio.current_time()
+                if now < self._not_before:  # backing off while the engine fails
+                    await trio.sleep_until(self._not_before)
                     continue
-                while self._deficit() > 0 and self._creating < self._settings.max_creating:
+                # Within refill_delay_s of a claim only opens waiting in line are served.
+                delayed = now < self._refill_at
+                while self._deficit(waiters_only=delayed) > 0 and self._creating < self._settings.max_creating:
                     self._creating += 1
                     self._max_creating_seen = max(self._max_creating_seen, self._creating)
                     nursery.start_soon(self._hold)
                 self._poked = trio.Event()
-                await self._poked.wait()
+                with trio.move_on_at(self._refill_at if delayed else math.inf):
+                    await self._poked.wait()
 
     async def claim(self) -> PoolEntry:
         """A ready session, marked claimed (the caller must set its ``released`` and remove its container); waits
@@ -197,16 +199,16 @@ class WarmPool:
             elif waiter.entry is not None:
                 # Handed over just as this open was cancelled: nobody used it, so it goes, and nothing is reused.
                 waiter.entry.released.set()
-                with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
-                    await self._backend.stop_session(waiter.entry.info.id)
+                await self._remove(waiter.entry.info.id)
             raise
         if waiter.error is not None:
             raise waiter.error
         assert waiter.entry is not None
         return waiter.entry
 
-    def _deficit(self) -> int:
-        return self.size + len(self._waiters) - len(self._ready) - self._creating
+    def _deficit(self, *, waiters_only: bool = False) -> int:
+        target = len(self._waiters) if waiters_only else self.size + len(self._waiters)
+        return target - len(self._ready) - self._creating
 
     def _poke(self) -> None:
         self._poked.set()
@@ -279,9 +281,21 @@ class WarmPool:
                     self._counts["retired"] += 1
                     if entry in self._ready:
                         self._ready.remove(entry)
-                with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
-                    await self._backend.stop_session(info.id)
+                await self._remove(info.id)
             self._poke()
+
+    async def _remove(self, session_id: str) -> None:
+        """Remove a session nobody uses: shielded, bounded and best effort (``session gc`` reaps what is left)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
+            for attempt in range(2):
+                try:
+                    await self._backend.stop_session(session_id)
+                    return
+                except ExecutorError:
+                    # Typically someone else's removal of the same container is still in progress (its volume is
+                    # "in use"); once more after a pause, then leave it to gc.
+                    if attempt == 0:
+                        await trio.sleep(1.0)
 
     async def _keep(self, entry: PoolEntry) -> None:
         self._offer(entry)
