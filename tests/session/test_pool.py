@@ -8,6 +8,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,7 @@ async def test_idle_and_lost_sessions_are_replaced(home: Path, session_agent_dir
         rows = await _containers(backend, profile)
         api = backend.engine.client.api
         for row in rows:
-            await trio.to_thread.run_sync(lambda row=row: api.remove_container(row["Id"], force=True))
+            await trio.to_thread.run_sync(partial(api.remove_container, row["Id"], force=True))
         await _until(lambda: _stats(executor).retired >= 1 and _stats(executor).ready == 1)
         now = {row["Id"] for row in await _containers(backend, profile) if row["State"] == "running"}
         assert now and not now & {row["Id"] for row in rows}
