@@ -271,6 +271,7 @@ class WarmPool:
                     return
                 finally:
                     self._creating -= 1
+                    self._poke()  # a creation slot is free
                 self._backoff = 0.0
                 self._counts["created"] += 1
                 entry = PoolEntry(info=info, client=client, image_id=image_id, created_wall=time.time())

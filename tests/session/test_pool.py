@@ -108,11 +108,12 @@ async def test_claim_gives_identity_refills_and_never_reuses(
 
 
 async def test_concurrent_opens_queue_with_bounded_creation(home: Path, session_agent_dir: Path) -> None:
-    """Six opens at once against a pool of one all succeed, and no more than max_creating creations run at once."""
+    """A pool of three fills two at a time; six opens at once all succeed with at most two creations at once."""
     profile = _profile_name()
-    settings = _settings(home, session_agent_dir, profile, pool={"size": 1, "max_creating": 2})
+    settings = _settings(home, session_agent_dir, profile, pool={"size": 3, "max_creating": 2})
     outcomes: list[str] = []
     async with open_executor(settings) as executor:
+        await _until(lambda: _stats(executor).ready == 3)
 
         async def one() -> None:
             async with executor.open_session() as session:
