@@ -258,16 +258,8 @@ class Executor:
 
     @asynccontextmanager
     async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
-        stream = await self.backend.connect(info.id)
         async with (
-            open_agent_client(
-                stream,
-                max_frame=self.settings.agent.max_frame_bytes,
-                handshake_timeout_s=self.settings.agent.connect_timeout_s,
-                host_margin_s=self.settings.agent.host_margin_s,
-                kill_grace_ms=self.settings.bash.grace_ms,
-                on_unhealthy=functools.partial(self.backend.mark_unhealthy, info.id),
-            ) as client,
+            _open_client(self.backend, self.settings, info) as client,
             self._session(info, profile, policy, client) as session,
         ):
             yield session
@@ -407,12 +399,33 @@ async def _open_executor(
             store.close()
 
 
+@asynccontextmanager
+async def _open_client(backend: Backend, settings: Settings, info: SessionInfo) -> AsyncIterator[AgentClient]:
+    """A handshaken agent client for ``info``: the one way both cold opens and warm pools reach an agent."""
+    stream = await backend.connect(info.id)
+    async with open_agent_client(
+        stream,
+        max_frame=settings.agent.max_frame_bytes,
+        handshake_timeout_s=settings.agent.connect_timeout_s,
+        host_margin_s=settings.agent.host_margin_s,
+        kill_grace_ms=settings.bash.grace_ms,
+        on_unhealthy=functools.partial(backend.mark_unhealthy, info.id),
+    ) as client:
+        yield client
+
+
 def _pools(settings: Settings, backend: Backend, mode: PoolMode) -> dict[str, WarmPool]:
     pools: dict[str, WarmPool] = {}
     for name, profile in settings.profiles.items():
         size = {"api": profile.pool.size, "service": profile.pool.service_size, "off": 0}[mode]
         if size > 0:
-            pools[name] = WarmPool(backend, profile_name=name, profile=profile, size=size, agent=settings.agent)
+            pools[name] = WarmPool(
+                backend,
+                profile_name=name,
+                profile=profile,
+                size=size,
+                open_client=functools.partial(_open_client, backend, settings),
+            )
     return pools
 
 

@@ -27,16 +27,17 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from contextlib import AsyncExitStack
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Final
 
 import trio
 from pydantic import BaseModel, ConfigDict
 
-from executor.config import AgentSettings, Profile
+from executor.config import Profile
 from executor.errors import ExecutorError
-from executor.sandbox.agent.client import AgentClient, open_agent_client
+from executor.sandbox.agent.client import AgentClient
 from executor.sandbox.base import Backend, SessionInfo
 
 __all__ = ["PoolEntry", "PoolStats", "WarmPool"]
@@ -104,7 +105,16 @@ class _Waiter:
 
 
 class WarmPool:
-    """Ready sessions of one profile; run it with :meth:`run` in a nursery the executor owns."""
+    """Ready sessions of one profile; run it with :meth:`run` in a nursery the executor owns.
+
+    Args:
+        backend: where sessions are created (pooled) and removed.
+        profile_name: the profile's name, as opens name it.
+        profile: the exact profile an open must ask for to be served.
+        size: ready sessions to keep.
+        open_client: how the executor reaches a session's agent (the same for cold opens), so pooled and cold
+            sessions get the same client.
+    """
 
     def __init__(
         self,
@@ -113,7 +123,7 @@ class WarmPool:
         profile_name: str,
         profile: Profile,
         size: int,
-        agent: AgentSettings,
+        open_client: Callable[[SessionInfo], AbstractAsyncContextManager[AgentClient]],
     ) -> None:
         self.profile_name = profile_name
         """The profile's name."""
@@ -122,7 +132,7 @@ class WarmPool:
         self.size = size
         """Ready sessions to keep."""
         self._backend = backend
-        self._agent = agent
+        self._open_client = open_client
         self._settings = profile.pool
         self._ready: deque[PoolEntry] = deque()
         self._waiters: deque[_Waiter] = deque()
@@ -258,14 +268,7 @@ class WarmPool:
                     )
                     if image_id is None:  # the open built it
                         image_id = await self._backend.image_id(self.profile.image)
-                    stream = await self._backend.connect(info.id)
-                    client = await stack.enter_async_context(
-                        open_agent_client(
-                            stream,
-                            max_frame=self._agent.max_frame_bytes,
-                            handshake_timeout_s=self._agent.connect_timeout_s,
-                        )
-                    )
+                    client = await stack.enter_async_context(self._open_client(info))
                 except (ExecutorError, OSError) as exc:
                     self._failed(exc)
                     return
