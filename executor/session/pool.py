@@ -144,7 +144,6 @@ class WarmPool:
         self._refill_at = -math.inf
         self._image_id: str | None = None
         self._poked = trio.Event()
-        self._nursery: trio.Nursery | None = None
 
     def serves(self, profile_name: str, profile: Profile, *, name: str | None) -> bool:
         """Whether an open of ``profile`` (called ``profile_name``) with ``name`` may be served from this pool."""
@@ -165,7 +164,6 @@ class WarmPool:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the pool filled until cancelled; on cancellation every unclaimed session is removed."""
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
             nursery.start_soon(self._watch_image)
             task_status.started()
             while True:
