@@ -17,7 +17,7 @@ import trio
 
 from executor.config import Settings, load_settings
 from executor.errors import EngineError, ImageError
-from executor.sandbox.base import open_backend
+from executor.sandbox.base import Backend, GcReport, open_backend
 from executor.sandbox.docker import DockerBackend
 from executor.session import Executor, open_executor
 from executor.session.pool import PoolStats
@@ -83,6 +83,8 @@ async def test_claim_gives_identity_refills_and_never_reuses(
                 assert session.info.pooled and session.owner == "owner-a" and session.name is None
                 listed = await executor.list_sessions(owner="owner-a")
                 assert [(s.id, s.owner, s.pooled) for s in listed] == [(session.id, "owner-a", True)]
+                assert isinstance(executor.backend, DockerBackend)
+                assert listed[0].labels["executor.home"] == executor.backend.home_id  # this home's, like cold ones
                 assert await executor.list_sessions(owner="owner-b") == []
                 result = await session.bash("ls -A /workspace; echo done")
                 assert result.outcome == "completed" and result.stdout == "done\n"
@@ -274,16 +276,15 @@ def _start_child(home: Path, profile: str, orphan_exit_s: float) -> subprocess.P
     return child
 
 
-async def _gc(backend: Any) -> list[str]:
+async def _gc(backend: Backend) -> GcReport:
     """``backend.gc()``; once more when another remover on this shared engine held a volume for a moment."""
     try:
-        removed: list[str] = await backend.gc()
+        return await backend.gc()
     except EngineError as exc:
         if "in use" not in str(exc):
             raise
         await trio.sleep(1.0)
-        removed = await backend.gc()
-    return removed
+        return await backend.gc()
 
 
 def _kill(child: subprocess.Popen[str]) -> None:
@@ -308,8 +309,8 @@ async def test_killed_process_pool_ends_itself_past_the_orphan_limit(home: Path,
                 if all(row["State"] != "running" for row in await _containers(executor.backend, profile)):
                     break
                 await trio.sleep(0.2)
-        removed = await _gc(executor.backend)
-        assert {f"executor-{row['Labels']['executor.session']}" for row in rows} <= set(removed)
+        report = await _gc(executor.backend)
+        assert {f"executor-{row['Labels']['executor.session']}" for row in rows} <= set(report.removed)
         assert await _containers(executor.backend, profile) == []
 
 
