@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from executor.config import Settings, load_settings
-from executor.errors import EngineError, ImageError
+from executor.errors import ConfigError, EngineError, ImageError
 from executor.sandbox.base import Backend, GcReport, open_backend
 from executor.sandbox.docker import DockerBackend
 from executor.session import Executor, open_executor
@@ -331,3 +331,41 @@ async def test_gc_reaps_a_dead_process_pool_and_spares_a_live_one(home: Path, se
     async with open_executor(settings) as executor:
         assert await _containers(executor.backend, profile) == []
     assert list((home / "pools").glob("*.lock")) == []
+
+
+_CACHE_RULE = (
+    '[[command]]\nname = "{name}"\ndecision = "deny"\njustification = "j"\nprefix = ["{word}"]\n'
+    'examples.match = ["{word} x"]\n'
+)
+
+
+async def test_policy_cache_follows_every_file_of_an_extended_policy(home: Path, tmp_path: Path) -> None:
+    """An unchanged policy is loaded once; editing a file it extends, or one found first on the search path, reloads."""
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "p14base.toml").write_text(_CACHE_RULE.format(name="a", word="aaa"))
+    (folder / "p14child.toml").write_text('extends = "p14base"\n' + _CACHE_RULE.format(name="c", word="ccc"))
+    settings = load_settings(
+        overrides={
+            "home": str(home),
+            "gate": {"policy_dir": str(folder)},
+            "profiles": {"p14cache": {"policy": "p14child"}},
+            "docker": {"gc_on_start": False},
+        }
+    )
+    profile = settings.profile("p14cache")
+    async with open_executor(settings) as executor:
+        first = executor._policy(profile)
+        assert executor._policy(profile) is first
+        (folder / "p14base.toml").write_text(_CACHE_RULE.format(name="b", word="bbb"))
+        second = executor._policy(profile)
+        assert second is not first and [r.name for r in second.command_rules] == ["b", "c"]
+        assert executor._policy(profile) is second
+        (folder / "p14base.toml").unlink()
+        with pytest.raises(ConfigError, match="p14base"):
+            executor._policy(profile)
+        shipped = executor._policy(settings.profile("default"))
+        assert executor._policy(settings.profile("default")) is shipped
+        (folder / "default.toml").write_text(_CACHE_RULE.format(name="d", word="ddd"))  # now found first
+        shadowed = executor._policy(settings.profile("default"))
+        assert [r.name for r in shadowed.command_rules] == ["d"]
