@@ -45,6 +45,7 @@ __all__ = [
     "JournalSettings",
     "JudgeSettings",
     "McpSettings",
+    "PoolSettings",
     "Profile",
     "ServiceSettings",
     "Settings",
@@ -463,6 +464,38 @@ class ServiceSettings(_Section):
         return _check_tokens(value)
 
 
+class PoolSettings(_Section):
+    """A profile's warm pool: sessions created, started and connected before anyone asks (``executor.session.pool``).
+
+    Pooled sessions serve unnamed sessions opened with exactly this profile; named ones, and ones whose image or
+    settings differ, open cold.
+    """
+
+    size: int = Field(0, ge=0, le=256)
+    """Ready sessions kept by the in-process API (``open_executor``); 0 keeps none."""
+    service_size: int = Field(2, ge=0, le=256)
+    """Ready sessions kept when the service opens the executor (``open_executor(pool="service")``)."""
+    max_idle_s: float = Field(600.0, gt=0, le=7 * 86_400.0)
+    """An unclaimed session older than this is removed and replaced by a fresh one."""
+    max_creating: int = Field(2, ge=1, le=64)
+    """Sessions created at once for this pool (refills and queued opens wait their turn instead of thrashing)."""
+    refill_delay_s: float = Field(0.25, ge=0, le=60)
+    """After a claim, wait this long before creating its replacement, unless opens are waiting (the engine's work
+    would slow the claimed session's first commands)."""
+    backoff_initial_s: float = Field(0.5, gt=0, le=600)
+    """Wait after a failed creation before the pool tries again; doubled after each further failure."""
+    backoff_max_s: float = Field(30.0, gt=0, le=3600)
+    """The longest wait between creations while the engine keeps failing."""
+    image_check_s: float = Field(10.0, gt=0, le=86_400)
+    """How often the profile's image is looked up; waiting sessions made from an older build are retired."""
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> PoolSettings:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("pool.backoff_max_s must be at least pool.backoff_initial_s")
+        return self
+
+
 _FORBIDDEN_MOUNT_HINT = "mounting the Docker socket hands the sandbox the host; remove it (no loosening allows this)"
 
 
@@ -525,6 +558,8 @@ class Profile(_Section):
     """Never allowed: host devices."""
     volumes: dict[str, str] = Field(default_factory=dict)
     """Extra named volumes: ``{volume_name: container_path}``; host paths and the Docker socket are refused."""
+    pool: PoolSettings = PoolSettings()
+    """The profile's warm pool (sizes, idle limit, creation concurrency, backoff)."""
 
     @field_validator("privileged")
     @classmethod

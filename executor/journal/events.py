@@ -117,6 +117,8 @@ class SessionOpened(EventBase):
     """Name (or path) of the static policy in force."""
     policy_hash: str | None = None
     """Hash of the static policy in force, so a replay can tell whether it differs."""
+    pool_created_at: float | None = None
+    """When a warm pool created the session's container (seconds since the epoch); None for a cold open."""
 
 
 class SessionClosed(EventBase):

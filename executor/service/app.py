@@ -218,6 +218,7 @@ class _Api:
             running=service.running,
             approvals=len(service.approvals(None)),
             draining=service.draining,
+            pools=service.executor.pool_stats(),
         )
         return Response(text, media_type="text/plain; version=0.0.4")
 

@@ -15,7 +15,7 @@ import math
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +35,7 @@ from executor.service.wire import (
     ResultEvent,
 )
 from executor.session import Executor, Session
+from executor.session.pool import PoolStats
 
 __all__ = ["Draining", "Held", "LiveStream", "Metrics", "RawStreams", "Service", "open_service"]
 
@@ -192,7 +193,9 @@ class Metrics:
         self.latency_sum += seconds
         self.latency_count += 1
 
-    def render(self, *, sessions: int, running: int, approvals: int, draining: bool) -> str:
+    def render(
+        self, *, sessions: int, running: int, approvals: int, draining: bool, pools: Sequence[PoolStats] = ()
+    ) -> str:
         """The Prometheus text exposition."""
         out = [
             "# HELP executor_sessions Sessions the service holds.",
@@ -207,9 +210,12 @@ class Metrics:
             "# HELP executor_draining 1 after SIGTERM.",
             "# TYPE executor_draining gauge",
             f"executor_draining {int(draining)}",
-            "# HELP executor_pool_warm_sessions Warm sessions in the pool (no pool yet: 0).",
+            "# HELP executor_pool_warm_sessions Warm sessions ready to be claimed, per profile.",
             "# TYPE executor_pool_warm_sessions gauge",
-            "executor_pool_warm_sessions 0",
+            *(f'executor_pool_warm_sessions{{profile="{p.profile}"}} {p.ready}' for p in pools),
+            "# HELP executor_pool_creating_sessions Warm sessions being created, per profile.",
+            "# TYPE executor_pool_creating_sessions gauge",
+            *(f'executor_pool_creating_sessions{{profile="{p.profile}"}} {p.creating}' for p in pools),
             "# HELP executor_commands_total Finished commands by outcome.",
             "# TYPE executor_commands_total counter",
         ]

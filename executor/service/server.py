@@ -106,7 +106,7 @@ async def serve(
     config.errorlog = logger
     config.graceful_timeout = _GRACEFUL_CLOSE_S
     config.h11_max_incomplete_size = 64 * 1024
-    async with open_executor(settings, api_key=api_key) as executor, AsyncExitStack() as stack:
+    async with open_executor(settings, api_key=api_key, pool="service") as executor, AsyncExitStack() as stack:
         service = await stack.enter_async_context(open_service(executor, settings))
         mcp = await stack.enter_async_context(_mcp_app(executor, settings))
         app: Any = build_app(service, mcp=mcp)  # starlette's ASGI type, which hypercorn spells differently

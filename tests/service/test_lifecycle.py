@@ -77,7 +77,7 @@ def test_sigterm_lets_short_commands_finish_and_kills_long_ones(service_factory:
         service.signal(signal.SIGTERM)
         short_thread.join(60)
         long_thread.join(60)
-        assert service.wait(60) == 0, ''.join(service.stderr)
+        assert service.wait(60) == 0, "".join(service.stderr)
         assert short["value"].outcome == "completed" and short["value"].stdout == b"short-done\n"
         assert long["value"].outcome == "cancelled"
         assert b"never" not in long["value"].stdout

@@ -18,6 +18,7 @@ from executor.errors import ConfigError, ExecutorError, ServiceUnavailable, Sess
 from executor.service.core import LiveStream, Metrics, RawStreams, owns
 from executor.service.openapi import openapi_document
 from executor.service.wire import ChunkEvent, DroppedEvent, ErrorEvent, ErrorInfo
+from executor.session.pool import PoolStats
 
 
 async def test_live_stream_drops_past_its_bound_and_says_how_much() -> None:
@@ -75,11 +76,24 @@ def test_metrics_text_counts_outcomes_and_buckets() -> None:
     metrics = Metrics()
     metrics.command("completed", 0.02)
     metrics.command("failed", 3.0)
-    text = metrics.render(sessions=2, running=1, approvals=0, draining=False)
+    pool = PoolStats(
+        profile="default",
+        size=2,
+        ready=1,
+        creating=1,
+        waiting=0,
+        max_creating_seen=1,
+        created=2,
+        claimed=1,
+        retired=0,
+        failures=0,
+    )
+    text = metrics.render(sessions=2, running=1, approvals=0, draining=False, pools=[pool])
     assert 'executor_commands_total{outcome="completed"} 1' in text
     assert 'executor_command_seconds_bucket{le="0.025"} 1' in text
     assert 'executor_command_seconds_bucket{le="+Inf"} 2' in text
-    assert "executor_sessions 2" in text and "executor_pool_warm_sessions 0" in text
+    assert "executor_sessions 2" in text and 'executor_pool_warm_sessions{profile="default"} 1' in text
+    assert 'executor_pool_creating_sessions{profile="default"} 1' in text
 
 
 def test_owner_rules() -> None:
