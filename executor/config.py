@@ -45,7 +45,9 @@ __all__ = [
     "JournalSettings",
     "JudgeSettings",
     "McpSettings",
+    "PoolSettings",
     "Profile",
+    "ServiceSettings",
     "Settings",
     "WriteSettings",
     "load_settings",
@@ -425,6 +427,80 @@ class McpSettings(_Section):
         return value
 
 
+def _check_tokens(value: tuple[str, ...]) -> tuple[str, ...]:
+    for token in value:
+        if len(token) < 16:
+            raise ValueError("each bearer token must be at least 16 characters")
+    return value
+
+
+class ServiceSettings(_Section):
+    """The long-running service (``executor serve``): its listeners, bounds and shutdown."""
+
+    socket: Path | None = None
+    """Unix socket path (mode 0600); unset: ``service.sock`` under ``home``."""
+    tcp: bool = False
+    """Also listen on TCP at ``host:port`` (requires ``tokens``)."""
+    host: str = "127.0.0.1"
+    """Address the TCP listener binds."""
+    port: int = Field(8766, ge=0, le=65535)
+    """Port the TCP listener binds (0: any free port)."""
+    tokens: tuple[str, ...] = ()
+    """Bearer tokens; each owns its own sessions, tasks, artifacts and approvals (the unix socket accepts none)."""
+    max_request_bytes: Bytes = Field(64 * _MIB, ge=1024, le=4 * 1024 * _MIB)
+    """Largest request body (an upload's tar, a write's content); larger is refused with 413."""
+    stream_buffer_bytes: Bytes = Field(4 * _MIB, ge=4096, le=1024 * _MIB)
+    """Per-stream buffer of a live exec stream; a slower client loses chunks (a ``dropped`` event says how many
+    bytes), never the artifact."""
+    result_stream_max_bytes: Bytes = Field(1 * _MIB, ge=0, le=1024 * _MIB)
+    """Raw stdout/stderr carried in an exec result (each); ``*_whole`` says whether it is all of it."""
+    download_max_bytes: Bytes = Field(256 * _MIB, ge=1024, le=16 * 1024 * _MIB)
+    """Largest tar stream a download may produce (held in memory while a slow client reads it)."""
+    approval_timeout_s: float = Field(600.0, gt=0, le=7 * 86_400.0)
+    """How long an ask waits for an out-of-band answer (``POST /v1/approvals/{id}``) before it is denied."""
+    session_idle_s: float | None = Field(3600.0, gt=0, le=365 * 86_400.0)
+    """Default idle limit of a session created through the service (none: no limit); a request may override it."""
+    shutdown_grace_s: float = Field(30.0, ge=0, le=3600.0)
+    """On SIGTERM, how long running commands may finish before their process groups are killed."""
+
+    @field_validator("tokens")
+    @classmethod
+    def _long_tokens(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_tokens(value)
+
+
+class PoolSettings(_Section):
+    """A profile's warm pool: sessions created, started and connected before anyone asks (``executor.session.pool``).
+
+    Pooled sessions serve unnamed sessions opened with exactly this profile; named ones, and ones whose image or
+    settings differ, open cold.
+    """
+
+    size: int = Field(0, ge=0, le=256)
+    """Ready sessions kept by the in-process API (``open_executor``); 0 keeps none."""
+    service_size: int = Field(2, ge=0, le=256)
+    """Ready sessions kept when the service opens the executor (``open_executor(pool="service")``)."""
+    max_idle_s: float = Field(600.0, gt=0, le=7 * 86_400.0)
+    """An unclaimed session older than this is removed and replaced by a fresh one."""
+    max_creating: int = Field(2, ge=1, le=64)
+    """Sessions created at once for this pool (refills and queued opens wait their turn instead of thrashing)."""
+    refill_delay_s: float = Field(0.25, ge=0, le=60)
+    """After a claim, wait this long before creating its replacement, unless opens are waiting (the engine's work
+    would slow the claimed session's first commands)."""
+    backoff_initial_s: float = Field(0.5, gt=0, le=600)
+    """Wait after a failed creation before the pool tries again; doubled after each further failure."""
+    backoff_max_s: float = Field(30.0, gt=0, le=3600)
+    """The longest wait between creations while the engine keeps failing."""
+    image_check_s: float = Field(10.0, gt=0, le=86_400)
+    """How often the profile's image is looked up; waiting sessions made from an older build are retired."""
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> PoolSettings:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("pool.backoff_max_s must be at least pool.backoff_initial_s")
+        return self
+
+
 _FORBIDDEN_MOUNT_HINT = "mounting the Docker socket hands the sandbox the host; remove it (no loosening allows this)"
 
 
@@ -492,6 +568,8 @@ class Profile(_Section):
     """Never allowed: host devices."""
     volumes: dict[str, str] = Field(default_factory=dict)
     """Extra named volumes: ``{volume_name: container_path}``; host paths and the Docker socket are refused."""
+    pool: PoolSettings = PoolSettings()
+    """The profile's warm pool (sizes, idle limit, creation concurrency, backoff)."""
 
     @field_validator("privileged")
     @classmethod
@@ -641,6 +719,8 @@ class Settings(BaseSettings):
     """Decision journal."""
     mcp: McpSettings = McpSettings()
     """MCP server."""
+    service: ServiceSettings = ServiceSettings()
+    """The service (``executor serve``)."""
 
     @field_validator("profiles", mode="before")
     @classmethod

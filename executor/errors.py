@@ -5,6 +5,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
 
     ExecutorError
     ├── ConfigError (ValueError)              settings, profiles or policy files that do not load
+    ├── ServiceUnavailable (ConnectionError)  no executor service answers (executor.client)
     ├── SandboxError                          the container side
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
@@ -37,6 +38,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── ActionDenied (PermissionError)    the gate said no
     │   ├── ApprovalRequired (PermissionError)    an ask with nobody to answer it (blocked)
     │   ├── ApprovalInvalidated               the action changed between request and resolution
+    │   ├── ApprovalNotFound (LookupError)    no such pending approval (answered, expired, or not yours)
     │   └── JudgeError                        a judge failed (the gate fails closed on it)
     └── JournalError                          the decision journal
         └── JournalCorrupt (ValueError)       a journal line that does not parse or validate
@@ -52,6 +54,7 @@ __all__ = [
     "AgentError",
     "AgentProtocolError",
     "ApprovalInvalidated",
+    "ApprovalNotFound",
     "ApprovalRequired",
     "ArtifactError",
     "ArtifactEvicted",
@@ -76,6 +79,7 @@ __all__ = [
     "PatternTimeout",
     "SandboxError",
     "SandboxLost",
+    "ServiceUnavailable",
     "SessionNotFound",
     "SessionRejected",
     "SessionUnhealthy",
@@ -93,6 +97,10 @@ class ExecutorError(Exception):
 
 class ConfigError(ExecutorError, ValueError):
     """Settings, a profile or a policy file failed to load; the message names the field."""
+
+
+class ServiceUnavailable(ExecutorError, ConnectionError):
+    """No executor service answers at the address a client was given (or it went away mid-call)."""
 
 
 class SandboxError(ExecutorError):
@@ -227,6 +235,10 @@ class ApprovalRequired(GateError, PermissionError):
 
 class ApprovalInvalidated(GateError):
     """The action changed between the approval request and its resolution; nothing ran."""
+
+
+class ApprovalNotFound(GateError, LookupError):
+    """No such pending approval: answered already, expired, or another owner's."""
 
 
 class JudgeError(GateError):

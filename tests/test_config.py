@@ -27,6 +27,14 @@ def test_defaults_are_the_hardened_ones() -> None:
     assert profile.privileged is False
 
 
+def test_pool_defaults_keep_none_in_process_and_a_few_in_the_service() -> None:
+    """The in-process API keeps no warm sessions by default; the service keeps two per profile, made two at a time."""
+    pool = load_settings().profile().pool
+    assert (pool.size, pool.service_size, pool.max_creating) == (0, 2, 2)
+    assert (pool.max_idle_s, pool.refill_delay_s, pool.image_check_s) == (600.0, 0.25, 10.0)
+    assert (pool.backoff_initial_s, pool.backoff_max_s) == (0.5, 30.0)
+
+
 def test_precedence_file_then_environment_then_overrides(tmp_path: Path) -> None:
     """A file beats the defaults, the environment beats the file, explicit overrides beat everything."""
     file = tmp_path / "c.toml"
@@ -73,6 +81,14 @@ def test_environment_accepts_json_for_tables() -> None:
         ({"tmp_size": "abc"}, "profiles.bad.tmp_size", "not a size"),
         ({"surprise": 1}, "profiles.bad.surprise", "unknown setting"),
         ({"gate_mode": "off"}, "profiles.bad.gate_mode", "'enforce' or 'observe'"),
+        ({"pool": {"size": -1}}, "profiles.bad.pool.size", "greater than or equal"),
+        ({"pool": {"service_size": 1000}}, "profiles.bad.pool.service_size", "less than or equal"),
+        ({"pool": {"max_idle_s": 0}}, "profiles.bad.pool.max_idle_s", "greater than"),
+        ({"pool": {"max_creating": 0}}, "profiles.bad.pool.max_creating", "greater than or equal"),
+        ({"pool": {"refill_delay_s": -1}}, "profiles.bad.pool.refill_delay_s", "greater than or equal"),
+        ({"pool": {"image_check_s": 0}}, "profiles.bad.pool.image_check_s", "greater than"),
+        ({"pool": {"backoff_initial_s": 5, "backoff_max_s": 1}}, "profiles.bad.pool", "at least"),
+        ({"pool": {"sise": 1}}, "profiles.bad.pool.sise", "unknown setting"),
     ],
 )
 def test_bad_profiles_fail_at_load_naming_the_field(profile: dict[str, object], field: str, needle: str) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from executor._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from executor.artifacts.capture import Capture
+    from executor.artifacts.capture import Capture, CaptureTee, tee_captures
     from executor.artifacts.models import (
         ArtifactRecord,
         ReadPage,
@@ -38,6 +38,7 @@ __all__ = [
     "ArtifactRecord",
     "ArtifactStore",
     "Capture",
+    "CaptureTee",
     "Presenter",
     "ReadPage",
     "SearchMatch",
@@ -51,10 +52,13 @@ __all__ = [
     "render_bounded_view",
     "render_read_page",
     "render_search_page",
+    "tee_captures",
 ]
 
 _HOMES = {
     "Capture": "executor.artifacts.capture",
+    "CaptureTee": "executor.artifacts.capture",
+    "tee_captures": "executor.artifacts.capture",
     "ArtifactRecord": "executor.artifacts.models",
     "ReadPage": "executor.artifacts.models",
     "SearchMatch": "executor.artifacts.models",

@@ -23,7 +23,9 @@ import fcntl
 import json
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -34,6 +36,7 @@ from executor.errors import ArtifactError, StreamNotFound
 
 __all__ = [
     "Capture",
+    "CaptureTee",
     "StreamState",
     "claim_owner",
     "layout_of",
@@ -42,11 +45,47 @@ __all__ = [
     "recover_stream",
     "release_owner",
     "stream_info",
+    "tee_captures",
+    "tees_for",
 ]
 
 _CP = struct.Struct("<QQ")
 _COPY_CHUNK = 1024 * 1024
 _OWNER = "owner"
+
+
+CaptureTee = Callable[[str, bytes], None]
+"""Receives ``(stream, chunk)`` as a capture is fed; it must neither block nor raise (it runs inside the feed)."""
+
+_TEES: ContextVar[tuple[tuple[str, CaptureTee, Callable[[str], None] | None], ...]] = ContextVar(
+    "executor_capture_tees", default=()
+)
+
+
+@contextmanager
+def tee_captures(tee: CaptureTee, *, kind: str, on_begin: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hand every chunk of each capture of ``kind`` begun in this context (and tasks it starts) to ``tee`` too.
+
+    This is how a live surface (the service's exec stream) sees output as it arrives while the artifact still gets
+    every byte: the tee is called after the bytes are on disk, and a tee that falls behind drops chunks itself.
+    ``on_begin`` is told each such capture's artifact id when it begins.
+    """
+    token = _TEES.set((*_TEES.get(), (kind, tee, on_begin)))
+    try:
+        yield
+    finally:
+        _TEES.reset(token)
+
+
+def tees_for(kind: str, artifact_id: str) -> tuple[CaptureTee, ...]:
+    """The tees registered for ``kind`` in the current context (see :func:`tee_captures`), told of ``artifact_id``."""
+    tees: list[CaptureTee] = []
+    for wanted, tee, on_begin in _TEES.get():
+        if wanted == kind:
+            if on_begin is not None:
+                on_begin(artifact_id)
+            tees.append(tee)
+    return tuple(tees)
 
 
 class StreamState(BaseModel):
@@ -449,12 +488,14 @@ class Capture:
         cap: int,
         publish: Callable[[str, dict[str, StreamState], str | None], ArtifactRecord | None],
         owner_fd: int = -1,
+        tees: tuple[CaptureTee, ...] = (),
     ) -> None:
         self.artifact_id = artifact_id
         """The artifact this capture fills."""
         self._publish = publish
         self._folder = folder
         self._owner_fd = owner_fd
+        self._tees = tees
         self._writers: dict[str, _StreamWriter] = {}
         try:
             for name in streams:
@@ -489,6 +530,8 @@ class Capture:
                 f"artifact {self.artifact_id} stream {stream}: cannot store more output ({exc.strerror or exc}); "
                 "what was stored before is kept; free space under the executor's home and retry"
             ) from exc
+        for tee in self._tees:
+            tee(stream, data)
 
     def flush(self) -> None:
         """Publish the bytes fed so far, so readers (in any process) see them; cheap when nothing changed."""

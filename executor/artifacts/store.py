@@ -45,6 +45,7 @@ from executor.artifacts.capture import (
     recover_stream,
     release_owner,
     stream_info,
+    tees_for,
 )
 from executor.artifacts.models import ArtifactRecord, ReadPage, SearchPage, TaskRecord
 from executor.artifacts.paging import Layout, read_page
@@ -501,6 +502,7 @@ class SessionArtifacts:
                 cap=store.settings.capture_max_bytes,
                 publish=self._publish,
                 owner_fd=owner_fd,
+                tees=tees_for(kind, artifact_id),
             )
         except BaseException:
             release_owner(folder, owner_fd)

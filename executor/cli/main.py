@@ -16,6 +16,7 @@ from executor.cli import (
     mcp_cmd,
     output_cmd,
     policy_cmd,
+    serve_cmd,
     session_cmd,
 )
 from executor.cli._common import CliState, GuardedGroup
@@ -37,6 +38,7 @@ app.command("replay")(replay_command)
 app.add_typer(image_cmd.app, name="image")
 app.add_typer(session_cmd.app, name="session")
 app.command("mcp")(mcp_cmd.mcp)
+app.command("serve")(serve_cmd.serve)
 app.command("exec")(exec_command)
 app.command("write")(write_command)
 app.add_typer(output_cmd.app, name="output")

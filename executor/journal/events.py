@@ -119,6 +119,8 @@ class SessionOpened(EventBase):
     """Hash of the static policy in force, so a replay can tell whether it differs."""
     gate_mode: Literal["enforce", "observe"] | None = None
     """``observe``: harness mode, the gate journals but never blocks (the container is the only boundary)."""
+    pool_created_at: float | None = None
+    """When a warm pool created the session's container (seconds since the epoch); None for a cold open."""
 
 
 class SessionClosed(EventBase):

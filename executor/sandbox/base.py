@@ -73,6 +73,8 @@ class SessionInfo(BaseModel):
     """The container is gone (``gc`` removed it after it stopped) but this named session's workspace volume is
     kept: starting the name again (``exec --session NAME``, ``session start --name NAME``) recreates the container
     on it; stopping the session deletes it. ``state`` is then ``exited`` and ``container_id`` empty."""
+    pooled: bool = False
+    """Created ahead of time by a warm pool and since claimed (``created_at`` is the pool's creation time)."""
 
 
 class GcReport(BaseModel):
@@ -98,9 +100,15 @@ class Backend(ABC):
         profile_name: str,
         name: str | None = None,
         owner: str | None = None,
+        pooled: bool = False,
     ) -> SessionInfo:
         """Create the session's workspace volume and container, start it, and wait until the agent accepts a
         connection. On any failure (or cancellation) nothing is left behind.
+
+        ``pooled`` makes a warm pool's session: unnamed, with no owner, ending itself after ``agent.orphan_exit_s``
+        without a host connection, marked as held by this backend's process, and hidden from
+        :meth:`list_sessions` and :meth:`find_session` until :meth:`claim_session` gives it its owner. ``name`` and
+        ``owner`` must be None then.
 
         Raises:
             SessionRejected: ``name`` is malformed or already used by a live session.
@@ -108,6 +116,25 @@ class Backend(ABC):
             AgentError: the agent did not accept a connection within ``agent.connect_timeout_s``, or it exited.
             EngineUnavailable: no engine answers.
             EngineError: the engine refused a call.
+        """
+
+    @abstractmethod
+    async def claim_session(self, session_id: str, *, owner: str | None) -> None:
+        """Give a pooled session its owner and make it visible to :meth:`list_sessions` and :meth:`find_session`
+        (the owner is kept host-side: a container's labels cannot change). No engine call: it must be fast.
+
+        Raises:
+            SessionNotFound: malformed id.
+            ValueError: the session was already claimed (a pooled session is handed out once).
+        """
+
+    @abstractmethod
+    async def image_id(self, image: str) -> str | None:
+        """The engine's current id of the image a profile names (a folder under ``images/`` or a reference), or
+        None when there is none yet; nothing is built. A change means the image was rebuilt.
+
+        Raises:
+            EngineUnavailable: no engine answers.
         """
 
     @abstractmethod
@@ -171,9 +198,10 @@ class Backend(ABC):
     @abstractmethod
     async def gc(self, *, all_homes: bool = False) -> GcReport:
         """Remove what this home's sessions (every home's with ``all_homes``) left behind: our labelled
-        containers that are Created (older than ``docker.gc_min_age_s``), Exited or dead, and the workspace volumes
-        of unnamed sessions whose container is gone. A named session's workspace volume is never removed here
-        (only by stopping that session): its stopped container goes, its data stays and is reported as kept.
+        containers that are Created (older than ``docker.gc_min_age_s``), Exited or dead, unclaimed pooled ones
+        whose pool's process is gone, and the workspace volumes of unnamed sessions whose container is gone. A
+        named session's workspace volume is never removed here (only by stopping that session): its stopped
+        container goes, its data stays and is reported as kept.
         Never touches anything without our labels.
 
         Raises:

@@ -7,9 +7,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+import hashlib
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
-from typing import Final, TypeVar
+from pathlib import Path
+from typing import Final, Literal, TypeVar
 
 import trio
 
@@ -21,17 +23,22 @@ from executor.gate.approvals import ApprovalHandler
 from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate
 from executor.gate.judge import Judge, open_judge
-from executor.gate.policy import Policy, load_profile_policy
+from executor.gate.policy import Policy, load_profile_policy, policy_path
 from executor.journal import JournalWriter, interruption_journaler, load_journal_key
 from executor.journal.events import SessionClosed, SessionOpened
-from executor.sandbox.agent.client import open_agent_client
+from executor.sandbox.agent.client import AgentClient, open_agent_client
 from executor.sandbox.base import Backend, SessionInfo, open_backend
 from executor.session.gating import Gatekeeper, owner_matches
 from executor.session.output import OutputTools
+from executor.session.pool import PoolStats, WarmPool
 from executor.session.presentation import Views
 from executor.session.tools import Session
 
-__all__ = ["Executor", "open_executor", "open_output_reader"]
+__all__ = ["Executor", "PoolMode", "open_executor", "open_output_reader"]
+
+PoolMode = Literal["api", "service", "off"]
+"""Which warm-pool size each profile keeps: ``pool.size`` (the in-process API), ``pool.service_size`` (the
+service), or none."""
 
 _CLEANUP_BUDGET_S: Final = 10.0
 _T = TypeVar("_T")
@@ -90,6 +97,7 @@ class Executor:
         cache: AnswerCache | None,
         approval_handler: ApprovalHandler | None,
         surface: Surface = "python",
+        pools: Mapping[str, WarmPool] | None = None,
     ) -> None:
         self.settings = settings
         self.surface: Surface = surface
@@ -99,6 +107,47 @@ class Executor:
         self.judge = judge
         self.cache = cache
         self.approval_handler = approval_handler
+        self._pools = dict(pools or {})
+        self._policies: dict[tuple[str, str, str], Policy] = {}
+
+    def _policy(self, profile: Profile) -> Policy:
+        """The profile's policy, parsed and example-checked once per content of its files (the file and every file
+        it extends): a warm open must not spend its budget re-checking an unchanged policy.
+
+        Raises:
+            ConfigError: the policy cannot be loaded.
+        """
+        key = (profile.policy, profile.workspace, profile.home)
+        cached = self._policies.get(key)
+        if cached is not None and self._policy_current(cached):
+            return cached
+        policy = load_profile_policy(self.settings.gate, profile)
+        if self._policy_current(policy):  # unchanged since it was read
+            self._policies[key] = policy
+        else:
+            self._policies.pop(key, None)
+        return policy
+
+    def _policy_current(self, policy: Policy) -> bool:
+        """True when the files ``policy`` was loaded from (its source chain) are still the ones its names resolve
+        to on the search path, with the content it was loaded from (its chained SHA-256)."""
+        files = [Path(item) for item in policy.source.split(" < ")]
+        digest = ""
+        try:
+            if any(policy_path(self.settings.gate, path.stem) != path for path in files):
+                return False
+            for path in reversed(files):  # as load_policy chains them: a file's bytes, then its base's digest
+                hasher = hashlib.sha256(path.read_bytes())
+                if digest:
+                    hasher.update(bytes.fromhex(digest))
+                digest = hasher.hexdigest()
+        except (OSError, ConfigError):
+            return False
+        return digest == policy.sha256
+
+    def pool_stats(self) -> list[PoolStats]:
+        """The warm pools' counters (one per profile that keeps one)."""
+        return [pool.stats() for pool in self._pools.values()]
 
     def _profile(self, name: str | None, image: str | None) -> tuple[str, Profile]:
         profile_name = name or self.settings.default_profile
@@ -125,7 +174,23 @@ class Executor:
             ImageError, AgentError, EngineUnavailable, EngineError: the session could not start.
         """
         profile_name, chosen = self._profile(profile, image)
-        policy = load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
+        policy = self._policy(chosen)  # fail before a container exists
+        pool = next((p for p in self._pools.values() if p.serves(profile_name, chosen, name=name)), None)
+        if pool is not None:
+            entry = await pool.claim()
+            info = entry.info
+            try:
+                await self.backend.claim_session(info.id, owner=owner)
+                info = info.model_copy(update={"owner": owner, "pooled": True})
+                opened = self._session(info, chosen, policy, entry.client, pool_created_at=entry.created_wall)
+                async with _sole_errors_around(opened) as session:
+                    yield session
+            finally:
+                entry.released.set()
+                if not keep:
+                    with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
+                        await self.backend.stop_session(info.id)
+            return
         info = await self.backend.open_session(profile=chosen, profile_name=profile_name, name=name, owner=owner)
         try:
             async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
@@ -161,7 +226,7 @@ class Executor:
             if not create:
                 raise
             profile_name, chosen = self._profile(profile, image)
-            policy = load_profile_policy(self.settings.gate, chosen)  # fail before a container exists
+            policy = self._policy(chosen)  # fail before a container exists
             info = await self.backend.open_session(
                 profile=chosen, profile_name=profile_name, name=id_or_name, owner=owner
             )
@@ -172,7 +237,7 @@ class Executor:
         except ConfigError:
             chosen = self.settings.profile()
         if policy is None:
-            policy = load_profile_policy(self.settings.gate, chosen)
+            policy = self._policy(chosen)
         async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
             yield session
 
@@ -193,56 +258,64 @@ class Executor:
 
     @asynccontextmanager
     async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
+        async with (
+            _open_client(self.backend, self.settings, info) as client,
+            self._session(info, profile, policy, client) as session,
+        ):
+            yield session
+
+    @asynccontextmanager
+    async def _session(
+        self,
+        info: SessionInfo,
+        profile: Profile,
+        policy: Policy,
+        client: AgentClient,
+        *,
+        pool_created_at: float | None = None,
+    ) -> AsyncIterator[Session]:
         gate_settings = self.settings.gate_for(profile)
         gate = Gate(gate_settings, policy=policy, judge=self.judge, cache=self.cache)
-        stream = await self.backend.connect(info.id)
         journal = JournalWriter(
             self.settings.home / "sessions" / info.id / "journal.ndjson",
             session_id=info.id,
             settings=self.settings.journal,
             key=load_journal_key(self.settings.home, create=True),
         )
-        async with open_agent_client(
-            stream,
-            max_frame=self.settings.agent.max_frame_bytes,
-            handshake_timeout_s=self.settings.agent.connect_timeout_s,
-            host_margin_s=self.settings.agent.host_margin_s,
-            kill_grace_ms=self.settings.bash.grace_ms,
-            on_unhealthy=functools.partial(self.backend.mark_unhealthy, info.id),
-        ) as client:
-            with journal:
-                journal.emit(
-                    SessionOpened(
-                        profile=info.profile,
-                        trust=gate_settings.trust,
-                        policy=profile.policy,
-                        gate_mode=profile.gate_mode,
-                    )
+        with journal:
+            journal.emit(
+                SessionOpened(
+                    profile=info.profile,
+                    trust=gate_settings.trust,
+                    policy=profile.policy,
+                    pool_created_at=pool_created_at,
+                    gate_mode=profile.gate_mode,
                 )
-                reason = "closed"
-                try:
-                    async with trio.open_nursery() as nursery:
-                        session = Session(
-                            info,
-                            profile,
-                            settings=self.settings,
-                            artifacts=self.store.session(info.id),
-                            client=client,
-                            journal=journal,
-                            gate=gate,
-                            nursery=nursery,
-                            approval_handler=self.approval_handler,
-                            surface=self.surface,
-                        )
-                        try:
-                            yield session
-                        finally:
-                            nursery.cancel_scope.cancel()
-                except BaseException as exc:
-                    reason = f"error: {type(exc).__name__}"
-                    raise
-                finally:
-                    journal.emit(SessionClosed(reason=reason))
+            )
+            reason = "closed"
+            try:
+                async with trio.open_nursery() as nursery:
+                    session = Session(
+                        info,
+                        profile,
+                        settings=self.settings,
+                        artifacts=self.store.session(info.id),
+                        client=client,
+                        journal=journal,
+                        gate=gate,
+                        nursery=nursery,
+                        approval_handler=self.approval_handler,
+                        surface=self.surface,
+                    )
+                    try:
+                        yield session
+                    finally:
+                        nursery.cancel_scope.cancel()
+            except BaseException as exc:
+                reason = f"error: {type(exc).__name__}"
+                raise
+            finally:
+                journal.emit(SessionClosed(reason=reason))
 
 
 @asynccontextmanager
@@ -254,8 +327,10 @@ async def open_executor(
     answer_cache: AnswerCache | object | None = DEFAULT_CACHE,
     api_key: str | None = None,
     surface: Surface = "python",
+    pool: PoolMode = "api",
 ) -> AsyncIterator[Executor]:
-    """Open the executor: the engine backend, the artifact store, the judge and the shared answer cache.
+    """Open the executor: the engine backend, the artifact store, the judge, the shared answer cache and the warm
+    pools (one per profile whose pool size for ``pool`` is above 0; their sessions are removed on exit).
 
     Args:
         settings: the one settings object (built by the entry point).
@@ -265,6 +340,8 @@ async def open_executor(
         api_key: the key for the ``openai`` judge provider (the entry point reads it from the environment).
         surface: who reads the results: ``python`` (this API), ``mcp`` or ``cli``; recovery hints are written as
             calls in its words.
+        pool: ``api`` keeps each profile's ``pool.size`` ready sessions (0 by default), ``service`` its
+            ``pool.service_size`` (the service's small default), ``off`` none.
 
     Raises:
         EngineUnavailable: no Docker engine answers; the message says how to start one.
@@ -276,6 +353,7 @@ async def open_executor(
         answer_cache=answer_cache,
         api_key=api_key,
         surface=surface,
+        pool=pool,
     )
     async with _sole_errors_around(opened) as executor:
         yield executor
@@ -290,6 +368,7 @@ async def _open_executor(
     answer_cache: AnswerCache | object | None,
     api_key: str | None,
     surface: Surface,
+    pool: PoolMode,
 ) -> AsyncIterator[Executor]:
     cache = AnswerCache.from_settings(settings.gate.cache) if answer_cache is DEFAULT_CACHE else answer_cache
     assert cache is None or isinstance(cache, AnswerCache)
@@ -304,13 +383,51 @@ async def _open_executor(
             settings.home, settings.artifacts, on_interrupted=interruption_journaler(settings.home, settings.journal)
         )
         try:
-            if judge is not None:
-                yield Executor(settings, backend, store, judge, cache, approval_handler, surface)
-            else:
-                async with open_judge(settings.gate.judge, api_key=api_key) as configured:
-                    yield Executor(settings, backend, store, configured, cache, approval_handler, surface)
+            async with AsyncExitStack() as stack:
+                chosen = judge
+                if chosen is None:
+                    chosen = await stack.enter_async_context(open_judge(settings.gate.judge, api_key=api_key))
+                pools = _pools(settings, backend, pool)
+                async with trio.open_nursery() as nursery:
+                    for warm in pools.values():
+                        await nursery.start(warm.run)
+                    try:
+                        yield Executor(settings, backend, store, chosen, cache, approval_handler, surface, pools)
+                    finally:
+                        # The pools' tasks remove their unclaimed sessions, shielded and bounded, as they unwind.
+                        nursery.cancel_scope.cancel()
         finally:
             store.close()
+
+
+@asynccontextmanager
+async def _open_client(backend: Backend, settings: Settings, info: SessionInfo) -> AsyncIterator[AgentClient]:
+    """A handshaken agent client for ``info``: the one way both cold opens and warm pools reach an agent."""
+    stream = await backend.connect(info.id)
+    async with open_agent_client(
+        stream,
+        max_frame=settings.agent.max_frame_bytes,
+        handshake_timeout_s=settings.agent.connect_timeout_s,
+        host_margin_s=settings.agent.host_margin_s,
+        kill_grace_ms=settings.bash.grace_ms,
+        on_unhealthy=functools.partial(backend.mark_unhealthy, info.id),
+    ) as client:
+        yield client
+
+
+def _pools(settings: Settings, backend: Backend, mode: PoolMode) -> dict[str, WarmPool]:
+    pools: dict[str, WarmPool] = {}
+    for name, profile in settings.profiles.items():
+        size = {"api": profile.pool.size, "service": profile.pool.service_size, "off": 0}[mode]
+        if size > 0:
+            pools[name] = WarmPool(
+                backend,
+                profile_name=name,
+                profile=profile,
+                size=size,
+                open_client=functools.partial(_open_client, backend, settings),
+            )
+    return pools
 
 
 @asynccontextmanager

@@ -1,9 +1,9 @@
 """``just bench``: the executor's numbers side by side with the raw Docker floor, measured in the same run.
 
-``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,...,artifacts,pure,runtimes]``
+``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,...,pure,runtimes,pool]``
 prints one table (name | executor | raw | ratio | target | met) and writes every row as JSON to
-``.bench/<date>.json`` (gitignored). See ``bench_exec``, ``bench_artifacts``, ``bench_pure`` and ``bench_runtime``
-(runc beside gVisor's runsc) for what each row measures.
+``.bench/<date>.json`` (gitignored). See ``bench_exec``, ``bench_artifacts``, ``bench_pure``, ``bench_runtime``
+(runc beside gVisor's runsc) and ``bench_pool`` for what each row measures.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from typing import Any
 
 from tests.benchmarks.bench_exec import ExecBenchConfig
 from tests.benchmarks.bench_exec import run as run_exec
+from tests.benchmarks.bench_pool import run as run_pool
 from tests.benchmarks.bench_pure import run as run_pure
 from tests.benchmarks.bench_runtime import run as run_runtimes
 
 _REPO = Path(__file__).resolve().parents[2]
-_SECTIONS = ("roundtrip", "throughput", "concurrency", "kill", "artifacts", "pure", "runtimes")
+_SECTIONS = ("roundtrip", "throughput", "concurrency", "kill", "artifacts", "pure", "runtimes", "pool")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -47,6 +48,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--sections", default=",".join(_SECTIONS), help="comma-separated subset of " + ",".join(_SECTIONS)
     )
+    parser.add_argument("--pool-iters", type=int, default=12, help="warm claims and cold opens each (section 7)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the interleaving order")
     parser.add_argument("--json", type=Path, default=None, help="where to write the rows (default .bench/<date>.json)")
     args = parser.parse_args(argv)
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         conc_pipeline=args.conc_pipeline,
         conc_raw=args.conc_raw,
         kill_iters=args.kill_iters,
-        sections=sections - {"artifacts", "pure", "runtimes"},
+        sections=sections - {"artifacts", "pure", "runtimes", "pool"},
         seed=args.seed,
     )
     started = datetime.now(UTC)
@@ -165,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         print("==> runtimes (runc/socket, runc/exec, runsc/exec: open, round trip, throughput)", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="executor-bench-rt-") as tmp:
             rows += run_runtimes(home=Path(tmp))
+    if "pool" in sections:
+        print("==> warm pool (claim vs cold open, 50 opens against 8, rm -f refill, idle memory)", file=sys.stderr)
+        rows += run_pool(args.pool_iters)
     elapsed = time.perf_counter() - began
     print(_table(rows))
     missed = [row for row in rows if row["met"] is False]

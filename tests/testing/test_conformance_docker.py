@@ -1,4 +1,4 @@
-"""The Docker backend passes the backend conformance suite (both transports, runc and runsc) on the real engine."""
+"""The Docker backend passes the backend conformance suite (both transports, runc and runsc, pooled) on the engine."""
 
 from __future__ import annotations
 
@@ -56,6 +56,15 @@ class TestDockerRunsc(_Docker):
     def profile(self, engine_runtimes: frozenset[str]) -> Profile:
         require_runtime("runsc", engine_runtimes)
         return load_settings().profile("untrusted")
+
+    @pytest.fixture
+    async def backend(self, base_image: str, home: Path) -> AsyncIterator[Backend]:
+        async with open_backend(load_settings(overrides={"home": str(home)})) as backend:
+            yield backend
+
+
+class TestDockerPooled(_Docker):
+    pooled = True
 
     @pytest.fixture
     async def backend(self, base_image: str, home: Path) -> AsyncIterator[Backend]:

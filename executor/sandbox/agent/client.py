@@ -92,6 +92,7 @@ class AgentClient:
         self._broken: Exception | None = None
         self._agent_pid = 0
         self._nursery: trio.Nursery | None = None
+        self._closed = trio.Event()
 
     @property
     def agent_pid(self) -> int:
@@ -142,9 +143,14 @@ class AgentClient:
             self._on_unhealthy(reason)
         return err
 
+    async def wait_closed(self) -> None:
+        """Return once the connection is unusable: the agent went away, the stream broke, or the client closed."""
+        await self._closed.wait()
+
     def _fail(self, err: Exception) -> None:
         if self._broken is None:
             self._broken = err
+        self._closed.set()
         for send in self._waiters.values():
             send.close()
         self._waiters.clear()

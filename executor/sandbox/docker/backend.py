@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
+import json
 import os
+import re
+import secrets
 import shutil
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -32,6 +37,7 @@ from executor.sandbox.docker.hardening import (
     LABEL_HOME,
     LABEL_NAME,
     LABEL_OWNER,
+    LABEL_POOL,
     LABEL_PROFILE,
     LABEL_SESSION,
     LABEL_TRANSPORT,
@@ -41,7 +47,7 @@ from executor.sandbox.docker.hardening import (
     runtime_problem,
     volume_name,
 )
-from executor.sandbox.docker.images import ensure_agent_image, ensure_image
+from executor.sandbox.docker.images import current_image_id, ensure_agent_image, ensure_image
 
 __all__ = ["DockerBackend", "home_identity"]
 
@@ -50,8 +56,9 @@ _SOCKET_NAME: Final = "agent.sock"
 _SUN_PATH_MAX: Final = 100
 _CLEANUP_BUDGET_S: Final = 15.0
 _SESSION_LABELS: Final = frozenset(
-    {LABEL_OWNER, LABEL_SESSION, LABEL_CREATED, LABEL_PROFILE, LABEL_NAME, LABEL_TRANSPORT, LABEL_HOME}
+    {LABEL_OWNER, LABEL_SESSION, LABEL_CREATED, LABEL_PROFILE, LABEL_NAME, LABEL_TRANSPORT, LABEL_HOME, LABEL_POOL}
 )
+_LEASE_RE: Final = re.compile(r"^[0-9a-f]{16}$")
 
 
 def home_identity(home: Path) -> str:
@@ -72,10 +79,19 @@ def _parse_created(value: str | None) -> datetime:
 
 
 def _info(
-    container_id: str, image: str, state: str, labels: dict[str, str], *, workspace_only: bool = False
+    container_id: str,
+    image: str,
+    state: str,
+    labels: dict[str, str],
+    claim: dict[str, str | None] | None = None,
+    *,
+    workspace_only: bool = False,
 ) -> SessionInfo:
     known: tuple[ContainerState, ...] = ("created", "running", "paused", "restarting", "removing", "exited", "dead")
     transport = labels.get(LABEL_TRANSPORT)
+    pooled = bool(labels.get(LABEL_POOL))
+    # A pooled container's labels were written before anyone claimed it; its owner lives in the home's claim.
+    owner = (claim or {}).get("owner") if pooled else labels.get(LABEL_OWNER)
     return SessionInfo(
         id=labels[LABEL_SESSION],
         name=labels.get(LABEL_NAME) or None,
@@ -84,10 +100,11 @@ def _info(
         profile=labels.get(LABEL_PROFILE, ""),
         state=next((s for s in known if s == state), "dead"),
         created_at=_parse_created(labels.get(LABEL_CREATED)),
-        owner=labels.get(LABEL_OWNER) or None,
+        owner=owner or None,
         transport="exec" if transport == "exec" else "socket",
         labels={key: value for key, value in labels.items() if key in _SESSION_LABELS},
         workspace_only=workspace_only,
+        pooled=pooled,
     )
 
 
@@ -134,6 +151,7 @@ class DockerBackend(Backend):
         self.home_id = home_identity(settings.home)
         """This home's identity (the ``executor.home`` label of the sessions it owns)."""
         self._runtimes: dict[str, dict[str, Any]] | None = None
+        self._lease: tuple[str, int] | None = None
 
     @classmethod
     async def create(cls, settings: Settings) -> DockerBackend:
@@ -219,6 +237,45 @@ class DockerBackend(Backend):
             f"(`executor session stop {info.name or info.id}`) and start a new one"
         )
 
+    def _claim_path(self, session_id: str) -> Path:
+        # Not in the run folder: that one is mounted into the container, which must not forge its owner.
+        return self.settings.home / "claims" / f"{validate_session_id(session_id)}.json"
+
+    def _read_claim(self, session_id: str) -> dict[str, str | None] | None:
+        try:
+            data = json.loads(self._claim_path(session_id).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return {"owner": data.get("owner")} if isinstance(data, dict) else None
+
+    def _pool_lease(self) -> str:
+        """This backend's pool token: a lock file under ``<home>/pools`` held for the backend's lifetime, so that
+        gc in any process can tell a live pool's waiting sessions from a dead one's."""
+        if self._lease is None:
+            token = secrets.token_hex(8)
+            folder = self.settings.home / "pools"
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(folder / f"{token}.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lease = (token, fd)
+        return self._lease[0]
+
+    def _lease_dead(self, token: str) -> bool:
+        """True when ``token``'s lock file exists here and nobody holds it (its process is gone)."""
+        if not _LEASE_RE.match(token) or (self._lease is not None and self._lease[0] == token):
+            return False
+        try:
+            fd = os.open(self.settings.home / "pools" / f"{token}.lock", os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return False  # another home's pool, or one that closed cleanly: its sessions end themselves
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
+
     async def open_session(
         self,
         *,
@@ -226,9 +283,12 @@ class DockerBackend(Backend):
         profile_name: str,
         name: str | None = None,
         owner: str | None = None,
+        pooled: bool = False,
     ) -> SessionInfo:
         """See :meth:`Backend.open_session`."""
         reuse: SessionInfo | None = None
+        if pooled and (name is not None or owner is not None):
+            raise ValueError("a pooled session gets no name or owner until it is claimed")
         if name is not None:
             validate_session_name(name)
             same = [s for s in await self.list_sessions() if s.name == name]
@@ -258,6 +318,8 @@ class DockerBackend(Backend):
             LABEL_TRANSPORT: transport,
             LABEL_HOME: self.home_id,
         }
+        if pooled:
+            labels[LABEL_POOL] = self._pool_lease()
         run_dir: Path | None = None
         if reuse is not None:
             await self._remove(session_id, graceful=False, keep_volume=True)
@@ -289,7 +351,7 @@ class DockerBackend(Backend):
             )
             await self.engine.call(container.start, what=f"start {session_id}", idempotent=False)
             await self._wait_ready(session_id, transport)
-            return await self.find_session(session_id)
+            return await self._find(session_id, unclaimed=True)
         except BaseException:
             with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
                 await self._remove(session_id, graceful=False, keep_volume=reuse is not None)
@@ -372,9 +434,25 @@ class DockerBackend(Backend):
         state: dict[str, Any] = data.get("State") or {}
         return state
 
+    async def claim_session(self, session_id: str, *, owner: str | None) -> None:
+        """See :meth:`Backend.claim_session`."""
+        path = self._claim_path(session_id)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            # O_EXCL: a second claim of the same container fails here, whatever the caller believed.
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            raise ValueError(f"pooled session {session_id} was already claimed") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"owner": owner, "claimed_at": _now().isoformat(timespec="seconds")}, handle)
+
+    async def image_id(self, image: str) -> str | None:
+        """See :meth:`Backend.image_id`."""
+        return await current_image_id(self.engine, self.settings.images, image)
+
     async def connect(self, session_id: str) -> trio.abc.HalfCloseableStream:
         """See :meth:`Backend.connect`."""
-        info = await self.find_session(session_id)
+        info = await self._find(session_id, unclaimed=True)
         await self._check_healthy(info)
         if info.state != "running":
             if info.name:
@@ -452,6 +530,8 @@ class DockerBackend(Backend):
         if self.engine.is_local:
             await trio.to_thread.run_sync(shutil.rmtree, self._run_dir(session_id), True)
         await trio.to_thread.run_sync(self._unhealthy_path(session_id).unlink, True)
+        with suppress(FileNotFoundError):
+            self._claim_path(session_id).unlink()
 
     def _label_filter(self, all_homes: bool) -> dict[str, list[str]]:
         return {"label": [LABEL_SESSION] if all_homes else [LABEL_SESSION, f"{LABEL_HOME}={self.home_id}"]}
@@ -479,19 +559,30 @@ class DockerBackend(Backend):
 
     async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:
         """See :meth:`Backend.list_sessions`."""
-        rows = await self._rows(all_homes=all_homes)
-        infos = [_info(row["Id"], row.get("Image", ""), row.get("State", ""), row["Labels"]) for row in rows]
+        return await self._list(owner=owner, unclaimed=False, all_homes=all_homes)
+
+    async def _list(self, *, owner: str | None, unclaimed: bool, all_homes: bool = False) -> list[SessionInfo]:
+        infos: list[SessionInfo] = []
+        for row in await self._rows(all_homes=all_homes):
+            labels: dict[str, str] = row["Labels"]
+            claim = self._read_claim(labels[LABEL_SESSION]) if labels.get(LABEL_POOL) else None
+            if labels.get(LABEL_POOL) and claim is None and not unclaimed:
+                continue  # a warm pool's session waiting to be claimed is nobody's yet
+            infos.append(_info(row["Id"], row.get("Image", ""), row.get("State", ""), labels, claim))
         seen = {info.id for info in infos}
         for volume in await self._volumes(all_homes=all_homes):
-            labels: dict[str, str] = volume["Labels"]
-            if labels.get(LABEL_NAME) and labels[LABEL_SESSION] not in seen:
-                infos.append(_info("", "", "exited", labels, workspace_only=True))
+            volume_labels: dict[str, str] = volume["Labels"]
+            if volume_labels.get(LABEL_NAME) and volume_labels[LABEL_SESSION] not in seen:
+                infos.append(_info("", "", "exited", volume_labels, workspace_only=True))
         if owner is not None:
             infos = [info for info in infos if info.owner == owner]
         return sorted(infos, key=lambda info: (info.created_at, info.id))
 
     async def find_session(self, id_or_name: str, *, all_homes: bool = False) -> SessionInfo:
         """See :meth:`Backend.find_session`."""
+        return await self._find(id_or_name, unclaimed=False, all_homes=all_homes)
+
+    async def _find(self, id_or_name: str, *, unclaimed: bool, all_homes: bool = False) -> SessionInfo:
         key = LABEL_SESSION
         try:
             validate_session_id(id_or_name)
@@ -499,7 +590,7 @@ class DockerBackend(Backend):
             key = LABEL_NAME
         found = [
             info
-            for info in await self.list_sessions(all_homes=all_homes)
+            for info in await self._list(owner=None, unclaimed=unclaimed, all_homes=all_homes)
             if (info.id if key == LABEL_SESSION else info.name) == id_or_name
         ]
         if found:
@@ -513,12 +604,18 @@ class DockerBackend(Backend):
         min_age = self.settings.docker.gc_min_age_s
         now = _now()
         live: set[str] = set()
+        dead_leases: set[str] = set()
         for row in await self._rows(all_homes=all_homes):
             labels: dict[str, str] = row["Labels"]
             session_id = labels[LABEL_SESSION]
             state = row.get("State", "")
             age = (now - _parse_created(labels.get(LABEL_CREATED))).total_seconds()
             reap = state in ("exited", "dead") or (state == "created" and age >= min_age)
+            lease = labels.get(LABEL_POOL, "")
+            if not reap and lease and self._read_claim(session_id) is None and self._lease_dead(lease):
+                # A warm pool's unclaimed session whose process is gone: nobody will ever claim it.
+                reap = True
+                dead_leases.add(lease)
             if not reap:
                 live.add(session_id)
                 continue
@@ -542,10 +639,19 @@ class DockerBackend(Backend):
                 continue
             await self._remove(labels[LABEL_SESSION], graceful=False)
             removed.append(name)
+        for lease in dead_leases:
+            with suppress(FileNotFoundError):
+                (self.settings.home / "pools" / f"{lease}.lock").unlink()
         return GcReport(removed=tuple(removed), kept=tuple(kept))
 
     async def aclose(self) -> None:
         """See :meth:`Backend.aclose`."""
+        if self._lease is not None:
+            token, fd = self._lease
+            self._lease = None
+            with suppress(FileNotFoundError):
+                (self.settings.home / "pools" / f"{token}.lock").unlink()
+            os.close(fd)
         await self.engine.aclose()
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "LABEL_HOME",
     "LABEL_NAME",
     "LABEL_OWNER",
+    "LABEL_POOL",
     "LABEL_PROFILE",
     "LABEL_SESSION",
     "LABEL_TRANSPORT",
@@ -72,6 +73,8 @@ LABEL_TRANSPORT: Final = "executor.transport"
 LABEL_HOME: Final = "executor.home"
 """The identity of the executor home that owns a session (a hash of its resolved path): listing, attaching,
 stopping and clean-up act on their own home's sessions unless told otherwise (``--all``)."""
+LABEL_POOL: Final = "executor.pool"
+"""On a warm pool's session: the token of the process's pool lease (``<home>/pools/<token>.lock``, held locked)."""
 
 
 REGISTER_RUNSC: Final = "images/register-runsc.sh"

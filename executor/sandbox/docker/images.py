@@ -607,6 +607,16 @@ async def ensure_image(engine: DockerEngine, settings: ImageSettings, name: str)
     return (await build_image(engine, settings, name)).tag
 
 
+async def current_image_id(engine: DockerEngine, settings: ImageSettings, name: str) -> str | None:
+    """The id the engine now gives ``name`` (an image folder's tag, or the reference itself); None if it has none.
+
+    Nothing is built or pulled.
+    """
+    ref = folder_tag(name) if image_folder(settings, name) is not None else name
+    data = await _inspect(engine, ref)
+    return None if data is None else str(data["Id"])
+
+
 async def ensure_agent_image(
     engine: DockerEngine, image: str, agent_binary: Path, *, statx_shim: Path | None = None
 ) -> str:

@@ -1,0 +1,819 @@
+"""Clients for the executor service (``executor serve``): :class:`Client` (blocking) and :class:`AsyncClient`
+(asyncio or trio: httpx runs on either through anyio).
+
+Both speak the ``/v1`` API over the service's unix socket (the default: ``service.sock`` under ``EXECUTOR_HOME``)
+or over TCP with a bearer token, and return the service's wire models (:mod:`executor.service.wire`): the same
+fields as the in-process :class:`~executor.session.ToolResult`, plus the raw streams of a command. Errors are the
+executor's own exceptions (``SessionNotFound``, ``CommandRejected``...), never httpx's and never an exception
+group; a service that does not answer is :class:`~executor.errors.ServiceUnavailable`.
+
+This package imports neither trio nor docker (a test checks it)::
+
+    from executor.client import Client
+
+    with Client() as client:
+        session = client.create_session(name="ci")
+        with client.stream_exec(session.id, "make test") as events:
+            for event in events:
+                if event.kind == "chunk":
+                    sys.stdout.buffer.write(event.data)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+import executor.errors as _errors
+from executor.errors import ExecutorError, ServiceUnavailable
+from executor.service.wire import (
+    ApprovalAnswer,
+    ApprovalView,
+    ErrorEvent,
+    ErrorResponse,
+    ExecEvent,
+    ExecRequest,
+    ExecResult,
+    Health,
+    PageEvent,
+    Result,
+    ResultEvent,
+    SessionCreate,
+    SessionView,
+    TaskEvent,
+    TaskStart,
+    TaskView,
+    WriteRequest,
+)
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ExecEvent",
+    "ExecResult",
+    "Result",
+    "SessionView",
+    "TaskView",
+    "default_socket",
+]
+
+M = TypeVar("M", bound=BaseModel)
+_EXEC_EVENT: Final = TypeAdapter[Any](ExecEvent)
+_TASK_EVENT: Final = TypeAdapter[Any](TaskEvent)
+_SESSIONS: Final = TypeAdapter(list[SessionView])
+_TASKS: Final = TypeAdapter(list[TaskView])
+_APPROVALS: Final = TypeAdapter(list[ApprovalView])
+_BASE: Final = "http://executor"
+_DEFAULT_TIMEOUT_S: Final = 30.0
+_Approvals = Literal["wait", "none"]
+
+
+def default_socket(environ: Mapping[str, str] | None = None) -> Path:
+    """The service's default socket: ``service.sock`` under ``EXECUTOR_HOME`` (else the platform state folder)."""
+    env = os.environ if environ is None else environ
+    home = env.get("EXECUTOR_HOME")
+    if home:
+        return Path(home) / "service.sock"
+    import platformdirs  # only when no home is given
+
+    return Path(platformdirs.user_state_dir("executor")) / "service.sock"
+
+
+def _raise_for(response: httpx.Response, body: bytes) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        info = ErrorResponse.model_validate_json(body).error
+    except ValidationError:
+        raise ExecutorError(f"the service answered {response.status_code}: {body[:200]!r}") from None
+    raise _exception(info.type, info.message)
+
+
+def _exception(type_: str, message: str) -> ExecutorError:
+    cls = getattr(_errors, type_, None)
+    if isinstance(cls, type) and issubclass(cls, ExecutorError):
+        return cls(message)
+    return ExecutorError(message)
+
+
+def _parse(model: type[M], body: bytes) -> M:
+    return model.model_validate_json(body)
+
+
+def _tar_of(source: Path) -> bytes:
+    """A tar of ``source`` (a folder's contents, or one file) with neutral ownership."""
+    buffer = io.BytesIO()
+
+    def neutral(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        if source.is_dir():
+            for child in sorted(source.iterdir()):
+                tar.add(child, arcname=child.name, filter=neutral)
+        else:
+            tar.add(source, arcname=source.name, filter=neutral)
+    return buffer.getvalue()
+
+
+def _untar(data: bytes, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        # The "data" filter refuses absolute paths, links out of dest, devices and setuid bits: the archive came
+        # from the sandbox and is untrusted.
+        tar.extractall(dest, filter="data")
+
+
+def _final(events: list[Any]) -> ExecResult:
+    for event in reversed(events):
+        if isinstance(event, ResultEvent):
+            return event.result
+        if isinstance(event, ErrorEvent):
+            raise _exception(event.error.type, event.error.message)
+    raise ServiceUnavailable("the exec stream ended without a result (the service went away); read the artifact")
+
+
+class _Requests:
+    """What both clients send: paths and bodies (no IO)."""
+
+    @staticmethod
+    def exec_body(
+        command: str,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        timeout_ms: int | None,
+        focus_mode: Literal["off", "shadow", "on"] | None,
+        intent: str | None,
+        approvals: _Approvals,
+    ) -> str:
+        return ExecRequest(
+            command=command,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            focus_mode=focus_mode,
+            intent=intent,
+            approvals=approvals,
+        ).model_dump_json(exclude_none=True)
+
+    @staticmethod
+    def session(session: str, tail: str = "") -> str:
+        return f"/v1/sessions/{_segment(session)}{tail}"
+
+
+def _segment(value: str) -> str:
+    if not value or "/" in value or value in (".", ".."):
+        raise _errors.SessionNotFound(f"no session {value!r}; list_sessions() shows yours")
+    return value
+
+
+def _transport_kwargs(url: str | None, socket: str | os.PathLike[str] | None) -> tuple[str, str | None]:
+    if url is not None and socket is not None:
+        raise ValueError("give the service's url or its socket, not both")
+    if url is not None:
+        return url.rstrip("/"), None
+    return _BASE, str(socket if socket is not None else default_socket())
+
+
+def _check_socket(uds: str | None, where: str) -> None:
+    # Said before httpx tries: its unix-socket connect leaves the socket object unclosed when the path is missing.
+    if uds is not None and not Path(uds).exists():
+        raise ServiceUnavailable(f"no executor service answers at {where}: start one with `executor serve`")
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+class Client:
+    """A blocking client of the executor service.
+
+    Args:
+        url: ``http://host:port`` of a TCP listener (then give ``token``); default: the unix socket.
+        socket: the unix socket's path (default :func:`default_socket`).
+        token: a bearer token (required over TCP; it owns what it creates).
+        timeout_s: bound on connecting and on each non-streaming call (exec streams are unbounded in time;
+            the command's own deadline bounds them).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        socket: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        timeout_s: float = _DEFAULT_TIMEOUT_S,
+    ) -> None:
+        base, uds = _transport_kwargs(url, socket)
+        self._uds = uds
+        self._where = uds or base
+        self._timeout = timeout_s
+        self._http = httpx.Client(
+            base_url=base,
+            transport=httpx.HTTPTransport(uds=uds) if uds else None,
+            headers=_headers(token),
+            timeout=httpx.Timeout(timeout_s),
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> bytes:
+        _check_socket(self._uds, self._where)
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"no executor service answers at {self._where}: start one with `executor serve`"
+            ) from exc
+        _raise_for(response, response.content)
+        return response.content
+
+    @contextmanager
+    def _stream(self, method: str, path: str, adapter: TypeAdapter[Any], **kwargs: Any) -> Iterator[Iterator[Any]]:
+        _check_socket(self._uds, self._where)
+        timeout = httpx.Timeout(self._timeout, read=None)
+        try:
+            with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
+                if response.status_code >= 400:
+                    _raise_for(response, response.read())
+
+                def events() -> Iterator[Any]:
+                    try:
+                        for line in _lines(response.iter_bytes()):
+                            yield adapter.validate_json(line)
+                    except httpx.TransportError as exc:
+                        raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
+
+                yield events()
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"no executor service answers at {self._where}: start one with `executor serve`"
+            ) from exc
+
+    # -- service ---------------------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        """The service's state."""
+        return _parse(Health, self._call("GET", "/v1/health"))
+
+    def metrics(self) -> str:
+        """The Prometheus text exposition."""
+        return self._call("GET", "/v1/metrics").decode()
+
+    def openapi(self) -> dict[str, Any]:
+        """The service's OpenAPI document."""
+        document: dict[str, Any] = json.loads(self._call("GET", "/v1/openapi.json"))
+        return document
+
+    # -- sessions --------------------------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        profile: str | None = None,
+        image: str | None = None,
+        name: str | None = None,
+        idle_s: float | Literal["none"] | None = None,
+    ) -> SessionView:
+        """Start a session (named ones outlive the service).
+
+        Raises:
+            ConfigError: unknown profile. ImageError: unknown image. SandboxError: it could not start.
+        """
+        body = SessionCreate(profile=profile, image=image, name=name, idle_s=idle_s).model_dump_json(exclude_none=True)
+        return _parse(SessionView, self._call("POST", "/v1/sessions", content=body))
+
+    def list_sessions(self) -> list[SessionView]:
+        """Your sessions."""
+        return _SESSIONS.validate_json(self._call("GET", "/v1/sessions"))
+
+    def session(self, session: str) -> SessionView:
+        """One session by id or name.
+
+        Raises:
+            SessionNotFound: no such session, or another token's.
+        """
+        return _parse(SessionView, self._call("GET", _Requests.session(session)))
+
+    def stop_session(self, session: str) -> None:
+        """Kill everything the session started and remove it.
+
+        Raises:
+            SessionNotFound: no such session, or another token's.
+        """
+        self._call("DELETE", _Requests.session(session))
+
+    # -- commands --------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def stream_exec(
+        self,
+        session: str,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_ms: int | None = None,
+        focus_mode: Literal["off", "shadow", "on"] | None = None,
+        intent: str | None = None,
+        approvals: _Approvals = "wait",
+    ) -> Iterator[Iterator[Any]]:
+        """Run ``command`` and iterate its events as they come: chunks, then a ``result`` (or ``error``) event.
+
+        Leaving early closes the stream; the command goes on in its session and its artifact keeps every byte.
+
+        Raises:
+            SessionNotFound, CommandRejected: before anything ran.
+        """
+        body = _Requests.exec_body(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            focus_mode=focus_mode,
+            intent=intent,
+            approvals=approvals,
+        )
+        with self._stream("POST", _Requests.session(session, "/exec"), _EXEC_EVENT, content=body) as events:
+            yield events
+
+    def exec(
+        self,
+        session: str,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_ms: int | None = None,
+        focus_mode: Literal["off", "shadow", "on"] | None = None,
+        intent: str | None = None,
+        approvals: _Approvals = "wait",
+    ) -> ExecResult:
+        """Run ``command`` to its end and return its result (raw streams included, bounded).
+
+        Raises:
+            SessionNotFound, CommandRejected: before anything ran.
+        """
+        with self.stream_exec(
+            session,
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            focus_mode=focus_mode,
+            intent=intent,
+            approvals=approvals,
+        ) as events:
+            return _final([event for event in events if event.kind in ("result", "error")])
+
+    def write(
+        self, session: str, path: str, content: bytes | str, *, parents: bool = False, mode: str | None = None
+    ) -> Result:
+        """Create or replace a file (staged, gated); ``parents`` creates missing folders, ``mode`` (octal) is set.
+
+        Raises:
+            PathRejected, ContentRejected: refused before any container call.
+        """
+        data = content.encode() if isinstance(content, str) else content
+        body = WriteRequest(path=path, content=data, parents=parents, mode=mode).model_dump_json()
+        return _parse(Result, self._call("POST", _Requests.session(session, "/write"), content=body))
+
+    def upload(self, session: str, source: str | os.PathLike[str], dest: str) -> ExecResult:
+        """Copy a local file or folder's contents into folder ``dest`` of the session (a gated tar unpack)."""
+        data = _tar_of(Path(source))
+        path = _Requests.session(session, "/files")
+        return _parse(ExecResult, self._call("PUT", path, params={"path": dest}, content=data))
+
+    def download_tar(self, session: str, path: str) -> bytes:
+        """A tar of ``path`` (a file or folder) in the session (a gated tar pack)."""
+        return self._call("GET", _Requests.session(session, "/files"), params={"path": path})
+
+    def download(self, session: str, path: str, dest: str | os.PathLike[str]) -> None:
+        """Copy ``path`` from the session into local folder ``dest`` (links out of it and devices are refused)."""
+        _untar(self.download_tar(session, path), Path(dest))
+
+    # -- output ----------------------------------------------------------------------------------------------
+
+    def read_output(
+        self,
+        session: str,
+        artifact_id: str,
+        *,
+        stream: str | None = None,
+        start_line: int = 1,
+        line_count: int | None = None,
+        start_byte_in_line: int | None = None,
+    ) -> Result:
+        """One page of a stored stream.
+
+        Raises:
+            ArtifactNotFound, StreamNotFound, OutputRangeError: see the in-process API.
+        """
+        params = _drop_none(
+            stream=stream, start_line=start_line, line_count=line_count, start_byte_in_line=start_byte_in_line
+        )
+        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}")
+        return _parse(Result, self._call("GET", path, params=params))
+
+    def search_output(
+        self,
+        session: str,
+        artifact_id: str,
+        *,
+        pattern: str,
+        stream: str | None = None,
+        limit: int = 20,
+        start_line: int = 1,
+    ) -> Result:
+        """Search a stored stream line by line.
+
+        Raises:
+            ArtifactNotFound, PatternError, PatternTimeout: see the in-process API.
+        """
+        params = _drop_none(pattern=pattern, stream=stream, limit=limit, start_line=start_line)
+        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}/search")
+        return _parse(Result, self._call("GET", path, params=params))
+
+    # -- tasks -----------------------------------------------------------------------------------------------
+
+    def start_task(
+        self,
+        session: str,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        approvals: _Approvals = "wait",
+    ) -> Result:
+        """Start a background task; ``data["task_id"]`` names it."""
+        body = TaskStart(command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals)
+        return _parse(Result, self._call("POST", _Requests.session(session, "/tasks"), content=body.model_dump_json()))
+
+    def read_task(
+        self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
+    ) -> Result:
+        """One page of a task's stream from byte ``offset``; ``data["next_offset"]`` continues."""
+        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        return _parse(Result, self._call("GET", path, params={"stream": stream, "offset": offset}))
+
+    @contextmanager
+    def follow_task(
+        self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
+    ) -> Iterator[Iterator[Result]]:
+        """Pages of a task's stream as they come, until the task ends."""
+        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        params = {"stream": stream, "offset": offset, "follow": "true"}
+        with self._stream("GET", path, _TASK_EVENT, params=params) as events:
+            yield _pages(events)
+
+    def stop_task(self, session: str, task_id: str) -> TaskView:
+        """Kill a task's process group; how it ended."""
+        return _parse(TaskView, self._call("DELETE", _Requests.session(session, f"/tasks/{_segment(task_id)}")))
+
+    def list_tasks(self, session: str) -> list[TaskView]:
+        """Your tasks in the session."""
+        return _TASKS.validate_json(self._call("GET", _Requests.session(session, "/tasks")))
+
+    # -- approvals -------------------------------------------------------------------------------------------
+
+    def approvals(self) -> list[ApprovalView]:
+        """Asks waiting for your answer."""
+        return _APPROVALS.validate_json(self._call("GET", "/v1/approvals"))
+
+    def answer(self, approval_id: str, *, approve: bool) -> None:
+        """Approve (once, that exact action) or deny an ask.
+
+        Raises:
+            ApprovalNotFound: answered already, expired, or another token's.
+        """
+        body = ApprovalAnswer(approve=approve).model_dump_json()
+        self._call("POST", f"/v1/approvals/{_segment(approval_id)}", content=body)
+
+
+def _split(buffer: bytearray, fresh: int) -> list[bytes]:
+    """Take the complete ndjson lines off the front of ``buffer`` whose last ``fresh`` bytes just arrived (bytes:
+    no text decoding of large lines; only the fresh bytes are searched for the line end)."""
+    end = buffer.rfind(b"\n", max(0, len(buffer) - fresh))
+    if end < 0:
+        return []
+    lines = [line for line in bytes(buffer[:end]).split(b"\n") if line]
+    del buffer[: end + 1]
+    return lines
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
+        yield from _split(buffer, len(chunk))
+
+
+def _pages(events: Iterator[Any]) -> Iterator[Result]:
+    for event in events:
+        if isinstance(event, PageEvent):
+            yield event.result
+        elif isinstance(event, ErrorEvent):
+            raise _exception(event.error.type, event.error.message)
+
+
+def _drop_none(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class AsyncClient:
+    """The same calls as :class:`Client`, awaitable under asyncio or trio. Use it as ``async with``."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        socket: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        timeout_s: float = _DEFAULT_TIMEOUT_S,
+    ) -> None:
+        base, uds = _transport_kwargs(url, socket)
+        self._uds = uds
+        self._where = uds or base
+        self._timeout = timeout_s
+        self._http = httpx.AsyncClient(
+            base_url=base,
+            transport=httpx.AsyncHTTPTransport(uds=uds) if uds else None,
+            headers=_headers(token),
+            timeout=httpx.Timeout(timeout_s),
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> bytes:
+        _check_socket(self._uds, self._where)
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"no executor service answers at {self._where}: start one with `executor serve`"
+            ) from exc
+        _raise_for(response, response.content)
+        return response.content
+
+    @asynccontextmanager
+    async def _stream(
+        self, method: str, path: str, adapter: TypeAdapter[Any], **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[Any]]:
+        _check_socket(self._uds, self._where)
+        timeout = httpx.Timeout(self._timeout, read=None)
+        try:
+            async with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
+                if response.status_code >= 400:
+                    _raise_for(response, await response.aread())
+
+                async def events() -> AsyncIterator[Any]:
+                    try:
+                        buffer = bytearray()
+                        async for chunk in response.aiter_bytes():
+                            buffer += chunk
+                            for line in _split(buffer, len(chunk)):
+                                yield adapter.validate_json(line)
+                    except httpx.TransportError as exc:
+                        raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
+
+                yield events()
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"no executor service answers at {self._where}: start one with `executor serve`"
+            ) from exc
+
+    async def health(self) -> Health:
+        """The service's state."""
+        return _parse(Health, await self._call("GET", "/v1/health"))
+
+    async def metrics(self) -> str:
+        """The Prometheus text exposition."""
+        return (await self._call("GET", "/v1/metrics")).decode()
+
+    async def create_session(
+        self,
+        *,
+        profile: str | None = None,
+        image: str | None = None,
+        name: str | None = None,
+        idle_s: float | Literal["none"] | None = None,
+    ) -> SessionView:
+        """See :meth:`Client.create_session`."""
+        body = SessionCreate(profile=profile, image=image, name=name, idle_s=idle_s).model_dump_json(exclude_none=True)
+        return _parse(SessionView, await self._call("POST", "/v1/sessions", content=body))
+
+    async def list_sessions(self) -> list[SessionView]:
+        """Your sessions."""
+        return _SESSIONS.validate_json(await self._call("GET", "/v1/sessions"))
+
+    async def session(self, session: str) -> SessionView:
+        """See :meth:`Client.session`."""
+        return _parse(SessionView, await self._call("GET", _Requests.session(session)))
+
+    async def stop_session(self, session: str) -> None:
+        """See :meth:`Client.stop_session`."""
+        await self._call("DELETE", _Requests.session(session))
+
+    @asynccontextmanager
+    async def stream_exec(
+        self,
+        session: str,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_ms: int | None = None,
+        focus_mode: Literal["off", "shadow", "on"] | None = None,
+        intent: str | None = None,
+        approvals: _Approvals = "wait",
+    ) -> AsyncIterator[AsyncIterator[Any]]:
+        """See :meth:`Client.stream_exec`."""
+        body = _Requests.exec_body(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            focus_mode=focus_mode,
+            intent=intent,
+            approvals=approvals,
+        )
+        async with self._stream("POST", _Requests.session(session, "/exec"), _EXEC_EVENT, content=body) as events:
+            yield events
+
+    async def exec(
+        self,
+        session: str,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_ms: int | None = None,
+        focus_mode: Literal["off", "shadow", "on"] | None = None,
+        intent: str | None = None,
+        approvals: _Approvals = "wait",
+    ) -> ExecResult:
+        """See :meth:`Client.exec`."""
+        finals: list[Any] = []
+        async with self.stream_exec(
+            session,
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            focus_mode=focus_mode,
+            intent=intent,
+            approvals=approvals,
+        ) as events:
+            async for event in events:
+                if event.kind in ("result", "error"):
+                    finals.append(event)
+        return _final(finals)
+
+    async def write(
+        self, session: str, path: str, content: bytes | str, *, parents: bool = False, mode: str | None = None
+    ) -> Result:
+        """See :meth:`Client.write`."""
+        data = content.encode() if isinstance(content, str) else content
+        body = WriteRequest(path=path, content=data, parents=parents, mode=mode).model_dump_json()
+        return _parse(Result, await self._call("POST", _Requests.session(session, "/write"), content=body))
+
+    async def upload(self, session: str, source: str | os.PathLike[str], dest: str) -> ExecResult:
+        """See :meth:`Client.upload`."""
+        data = _tar_of(Path(source))
+        path = _Requests.session(session, "/files")
+        return _parse(ExecResult, await self._call("PUT", path, params={"path": dest}, content=data))
+
+    async def download_tar(self, session: str, path: str) -> bytes:
+        """See :meth:`Client.download_tar`."""
+        return await self._call("GET", _Requests.session(session, "/files"), params={"path": path})
+
+    async def download(self, session: str, path: str, dest: str | os.PathLike[str]) -> None:
+        """See :meth:`Client.download`."""
+        _untar(await self.download_tar(session, path), Path(dest))
+
+    async def read_output(
+        self,
+        session: str,
+        artifact_id: str,
+        *,
+        stream: str | None = None,
+        start_line: int = 1,
+        line_count: int | None = None,
+        start_byte_in_line: int | None = None,
+    ) -> Result:
+        """See :meth:`Client.read_output`."""
+        params = _drop_none(
+            stream=stream, start_line=start_line, line_count=line_count, start_byte_in_line=start_byte_in_line
+        )
+        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}")
+        return _parse(Result, await self._call("GET", path, params=params))
+
+    async def search_output(
+        self,
+        session: str,
+        artifact_id: str,
+        *,
+        pattern: str,
+        stream: str | None = None,
+        limit: int = 20,
+        start_line: int = 1,
+    ) -> Result:
+        """See :meth:`Client.search_output`."""
+        params = _drop_none(pattern=pattern, stream=stream, limit=limit, start_line=start_line)
+        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}/search")
+        return _parse(Result, await self._call("GET", path, params=params))
+
+    async def start_task(
+        self,
+        session: str,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        approvals: _Approvals = "wait",
+    ) -> Result:
+        """See :meth:`Client.start_task`."""
+        body = TaskStart(command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals)
+        path = _Requests.session(session, "/tasks")
+        return _parse(Result, await self._call("POST", path, content=body.model_dump_json()))
+
+    async def read_task(
+        self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
+    ) -> Result:
+        """See :meth:`Client.read_task`."""
+        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        return _parse(Result, await self._call("GET", path, params={"stream": stream, "offset": offset}))
+
+    @asynccontextmanager
+    async def follow_task(
+        self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
+    ) -> AsyncIterator[AsyncIterator[Result]]:
+        """See :meth:`Client.follow_task`."""
+        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        params = {"stream": stream, "offset": offset, "follow": "true"}
+        async with self._stream("GET", path, _TASK_EVENT, params=params) as events:
+
+            async def pages() -> AsyncIterator[Result]:
+                async for event in events:
+                    if isinstance(event, PageEvent):
+                        yield event.result
+                    elif isinstance(event, ErrorEvent):
+                        raise _exception(event.error.type, event.error.message)
+
+            yield pages()
+
+    async def stop_task(self, session: str, task_id: str) -> TaskView:
+        """See :meth:`Client.stop_task`."""
+        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        return _parse(TaskView, await self._call("DELETE", path))
+
+    async def list_tasks(self, session: str) -> list[TaskView]:
+        """See :meth:`Client.list_tasks`."""
+        return _TASKS.validate_json(await self._call("GET", _Requests.session(session, "/tasks")))
+
+    async def approvals(self) -> list[ApprovalView]:
+        """See :meth:`Client.approvals`."""
+        return _APPROVALS.validate_json(await self._call("GET", "/v1/approvals"))
+
+    async def answer(self, approval_id: str, *, approve: bool) -> None:
+        """See :meth:`Client.answer`."""
+        body = ApprovalAnswer(approve=approve).model_dump_json()
+        await self._call("POST", f"/v1/approvals/{_segment(approval_id)}", content=body)

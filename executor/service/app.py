@@ -1,0 +1,662 @@
+"""The ``/v1`` JSON API as an ASGI app (starlette), over a :class:`~executor.service.core.Service`.
+
+Identity: a request on the unix socket (mode 0600, so only the socket's user reaches it) is the home's owner and
+sees everything; a request over TCP must carry one of ``service.tokens`` as a bearer token, and that token is an
+*owner* (``owner_for_token``, the MCP server's scheme): it sees only the sessions, tasks, artifacts and approvals it
+created; another token's are "not found". Errors are JSON (:class:`~executor.service.wire.ErrorResponse`) naming
+the class in the executor's exception tree, so the client raises the same exception.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import posixpath
+import secrets
+import shlex
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from executor.artifacts import tee_captures
+from executor.errors import (
+    AgentError,
+    ApprovalNotFound,
+    ArtifactError,
+    CommandRejected,
+    ConfigError,
+    ContentRejected,
+    ExecutorError,
+    ImageError,
+    OutputRangeError,
+    PathRejected,
+    PatternError,
+    PatternTimeout,
+    SandboxError,
+    SessionNotFound,
+    StreamNotFound,
+    TaskNotFound,
+    WriteError,
+)
+from executor.mcp.server import owner_for_token
+from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, owns
+from executor.service.openapi import openapi_document
+from executor.service.wire import (
+    ApprovalAnswer,
+    ChunkEvent,
+    ErrorEvent,
+    ErrorInfo,
+    ErrorResponse,
+    ExecRequest,
+    ExecResult,
+    FilesQuery,
+    Health,
+    PageEvent,
+    ReadQuery,
+    Result,
+    ResultEvent,
+    SearchQuery,
+    SessionCreate,
+    SessionView,
+    TaskReadQuery,
+    TaskStart,
+    TaskView,
+    WriteRequest,
+)
+from executor.session import ToolResult
+from executor.tools.bash import build_run_spec
+
+__all__ = ["build_app"]
+
+logger = logging.getLogger("executor.service")
+
+M = TypeVar("M", bound=BaseModel)
+_OWNER_KEY: Final = "executor.owner"
+_NDJSON: Final = "application/x-ndjson"
+_FOLLOW_POLL_S: Final = 0.2
+_VERSION: Final = "0.1.0"
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, type_: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+
+
+def _status_of(exc: ExecutorError) -> int:
+    if isinstance(exc, Draining):
+        return 503
+    if isinstance(exc, SessionNotFound | TaskNotFound | ApprovalNotFound | StreamNotFound) or (
+        isinstance(exc, ArtifactError) and isinstance(exc, LookupError)
+    ):
+        return 404
+    if isinstance(
+        exc,
+        CommandRejected
+        | PathRejected
+        | ContentRejected
+        | ConfigError
+        | OutputRangeError
+        | PatternError
+        | PatternTimeout
+        | ImageError,
+    ):
+        return 400
+    if isinstance(exc, WriteError):
+        return 409
+    if isinstance(exc, AgentError) and "(spawn_failed)" in str(exc):
+        # The command could not start (a missing cwd): the caller's input, not the sandbox failing. The session
+        # layer raises it as an agent error; it belongs there as CommandRejected.
+        return 400
+    if isinstance(exc, SandboxError):
+        return 502
+    return 503
+
+
+def _error(status: int, type_: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = ErrorResponse(error=ErrorInfo(type=type_, message=message))
+    return Response(body.model_dump_json(), status_code=status, media_type="application/json", headers=headers)
+
+
+def _json(model: BaseModel | Sequence[BaseModel], status: int = 200) -> Response:
+    if isinstance(model, BaseModel):
+        text = model.model_dump_json()
+    else:
+        text = "[" + ",".join(item.model_dump_json() for item in model) + "]"
+    return Response(text, status_code=status, media_type="application/json")
+
+
+def _line(event: BaseModel) -> bytes:
+    if isinstance(event, ChunkEvent):
+        # The hot path of a stream, written by hand: the same JSON as the model's, without a model round trip.
+        encoded = base64.b64encode(event.data)
+        return b'{"kind":"chunk","stream":"' + event.stream.encode() + b'","data":"' + encoded + b'"}\n'
+    return event.model_dump_json().encode() + b"\n"
+
+
+class _Api:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.svc = service.svc
+
+    # -- plumbing ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def owner(request: Request) -> str | None:
+        owner = request.scope.get(_OWNER_KEY)
+        return owner if isinstance(owner, str) else None
+
+    async def body(self, request: Request) -> bytes:
+        limit = self.svc.max_request_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _HttpError(413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)")
+        parts = bytearray()
+        async for chunk in request.stream():
+            parts += chunk
+            if len(parts) > limit:
+                raise _HttpError(413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)")
+        return bytes(parts)
+
+    async def parse(self, request: Request, model: type[M]) -> M:
+        raw = await self.body(request)
+        try:
+            return model.model_validate_json(raw or b"{}")
+        except ValidationError as exc:
+            raise _HttpError(422, "ValidationError", _validation_message(exc)) from exc
+
+    @staticmethod
+    def query(request: Request, model: type[M]) -> M:
+        try:
+            return model.model_validate(dict(request.query_params), strict=False)
+        except ValidationError as exc:
+            raise _HttpError(422, "ValidationError", _validation_message(exc)) from exc
+
+    async def held(self, request: Request) -> Held:
+        return await self.service.get(request.path_params["session"], self.owner(request))
+
+    def view(self, held: Held | None, info: Any) -> SessionView:
+        now = time.monotonic()
+        return SessionView(
+            id=info.id,
+            name=info.name,
+            image=info.image,
+            profile=info.profile,
+            state=info.state,
+            created_at=info.created_at,
+            held=held is not None,
+            idle_limit_s=held.idle_limit_s if held else None,
+            idle_for_s=(0.0 if held.busy else now - held.last_used) if held else None,
+        )
+
+    # -- health, metrics, openapi ------------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        service = self.service
+        return _json(
+            Health(
+                status="draining" if service.draining else "ok",
+                version=_VERSION,
+                sessions=len(service.held),
+                running=service.running,
+            )
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        service = self.service
+        text = service.metrics.render(
+            sessions=len(service.held),
+            running=service.running,
+            approvals=len(service.approvals(None)),
+            draining=service.draining,
+            pools=service.executor.pool_stats(),
+        )
+        return Response(text, media_type="text/plain; version=0.0.4")
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document(_VERSION))
+
+    # -- sessions ----------------------------------------------------------------------------------------------
+
+    async def list_sessions(self, request: Request) -> Response:
+        infos = await self.service.executor.list_sessions(owner=self.owner(request))
+        return _json([self.view(self.service.held.get(info.id), info) for info in infos])
+
+    async def create_session(self, request: Request) -> Response:
+        body = await self.parse(request, SessionCreate)
+        held = await self.service.create(
+            owner=self.owner(request), profile=body.profile, image=body.image, name=body.name, idle_s=body.idle_s
+        )
+        return _json(self.view(held, held.session.info), status=201)
+
+    async def inspect_session(self, request: Request) -> Response:
+        ident = request.path_params["session"]
+        info = await self.service.executor.backend.find_session(ident)
+        if not owns(info.owner, self.owner(request)):
+            raise SessionNotFound(f"no session {ident!r}; GET /v1/sessions lists yours")
+        return _json(self.view(self.service.held.get(info.id), info))
+
+    async def stop_session(self, request: Request) -> Response:
+        await self.service.stop(request.path_params["session"], self.owner(request))
+        return Response(status_code=204)
+
+    # -- exec --------------------------------------------------------------------------------------------------
+
+    async def exec(self, request: Request) -> Response:
+        body = await self.parse(request, ExecRequest)
+        held = await self.held(request)
+        session = held.session
+        # Refused input is a 400 before the stream starts (the same check the session makes again).
+        build_run_spec(
+            body.command,
+            settings=self.service.settings.bash,
+            profile=session.profile,
+            cwd=body.cwd,
+            env=body.env,
+            stdin=body.stdin,
+            timeout_ms=body.timeout_ms,
+        )
+        live = LiveStream(self.svc.stream_buffer_bytes)
+        raw = RawStreams(self.svc.result_stream_max_bytes)
+        owner = self.owner(request)
+        handler = self.service.approval_handler(session.id, owner, live.note) if body.approvals == "wait" else None
+
+        def tee(stream: str, data: bytes) -> None:
+            raw.add(stream, data)
+            live.chunk(stream, data)
+
+        artifacts: list[str] = []
+
+        async def job() -> None:
+            started = time.monotonic()
+            try:
+                async with self.service.using(held):
+                    with tee_captures(tee, kind="bash", on_begin=artifacts.append):
+                        result = await session.bash(
+                            body.command,
+                            cwd=body.cwd,
+                            env=body.env,
+                            stdin=body.stdin,
+                            timeout_ms=body.timeout_ms,
+                            focus_mode=body.focus_mode,
+                            intent=body.intent,
+                            approval_handler=handler,
+                        )
+            except ExecutorError as exc:
+                live.close(ErrorEvent(error=ErrorInfo(type=type(exc).__name__, message=str(exc))))
+                return
+            except Exception as exc:
+                logger.exception("exec failed")
+                live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message=f"the service failed: {exc}")))
+                return
+            except BaseException:
+                # Cancelled by the service's shutdown: the agent has killed the run's process group.
+                artifact = artifacts[-1] if artifacts else None
+                self.service.metrics.command("cancelled", time.monotonic() - started)
+                live.close(ResultEvent(result=_cancelled(raw, artifact)))
+                raise
+            self.service.metrics.command(result.outcome, time.monotonic() - started)
+            if result.run is not None and result.run.cause == "sandbox_lost":
+                self.service.release(held)
+            live.close(ResultEvent(result=_exec_result(result, raw)))
+
+        self.service.spawn(job)
+
+        async def lines() -> AsyncIterator[bytes]:
+            try:
+                async for event in live.events():
+                    yield _line(event)
+            finally:
+                live.detach()  # a client gone mid-stream: the command goes on into its artifact
+
+        return StreamingResponse(lines(), media_type=_NDJSON)
+
+    # -- write and files ---------------------------------------------------------------------------------------
+
+    async def _gated_bash(
+        self, held: Held, owner: str | None, command: str, *, stdin: bytes | None = None
+    ) -> tuple[ToolResult, RawStreams]:
+        raw = RawStreams(self.svc.download_max_bytes)
+        handler = self.service.approval_handler(held.session.id, owner)
+
+        async def run() -> ToolResult:
+            async with self.service.using(held):
+                with tee_captures(raw.add, kind="bash"):
+                    return await held.session.bash(command, stdin=stdin, approval_handler=handler)
+
+        result = await self.service.run(run)
+        self.service.metrics.command(result.outcome, (result.run.duration_ms / 1000) if result.run else 0.0)
+        if result.run is not None and result.run.cause == "sandbox_lost":
+            self.service.release(held)
+        return result, raw
+
+    async def write(self, request: Request) -> Response:
+        body = await self.parse(request, WriteRequest)
+        held = await self.held(request)
+        owner = self.owner(request)
+        if body.parents:
+            parent = posixpath.dirname(body.path)
+            if parent:
+                made, _ = await self._gated_bash(held, owner, f"mkdir -p -- {shlex.quote(parent)}")
+                if made.outcome != "completed":
+                    return _json(_wire(made))
+        handler = self.service.approval_handler(held.session.id, owner)
+
+        async def run() -> ToolResult:
+            async with self.service.using(held):
+                return await held.session.write_file(body.path, body.content, approval_handler=handler)
+
+        result = await self.service.run(run)
+        if result.outcome == "completed" and body.mode is not None:
+            path = str((result.data or {}).get("path") or body.path)
+            mode = body.mode.lstrip("0") or "0"
+            chmod, _ = await self._gated_bash(held, owner, f"chmod {mode} -- {shlex.quote(path)}")
+            if chmod.outcome != "completed":
+                return _json(_wire(chmod))
+            # The write reports the mode it staged with; say what the file has now.
+            update = {"text": f"{result.text}\n[mode set to {mode}]", "data": {**(result.data or {}), "mode_set": mode}}
+            result = result.model_copy(update=update)
+        return _json(_wire(result))
+
+    async def upload(self, request: Request) -> Response:
+        query = self.query(request, FilesQuery)
+        held = await self.held(request)
+        data = await self.body(request)
+        dest = shlex.quote(query.path)
+        # Unpacked by tar inside the container, as the session user: the sandbox is the boundary, and the action is
+        # gated like any command, bound to the archive's hash (its stdin).
+        command = f"mkdir -p -- {dest} && tar -x --no-same-owner --no-same-permissions -C {dest} -f -"
+        result, raw = await self._gated_bash(held, self.owner(request), command, stdin=data)
+        return _json(_exec_result(result, raw))
+
+    async def download(self, request: Request) -> Response:
+        query = self.query(request, FilesQuery)
+        held = await self.held(request)
+        path = query.path.rstrip("/") or "/"
+        parent, name = posixpath.split(path)
+        command = f"tar -c -C {shlex.quote(parent or '.')} -f - -- {shlex.quote(name or '.')}"
+        result, raw = await self._gated_bash(held, self.owner(request), command)
+        data, whole = raw.get("stdout")
+        if result.outcome != "completed":
+            return _json(_exec_result(result, raw), status=409)
+        if not whole:
+            raise _HttpError(
+                413,
+                "RequestTooLarge",
+                f"the archive is above {self.svc.download_max_bytes} bytes (service.download_max_bytes); "
+                "download a smaller folder",
+            )
+        headers = {"x-executor-artifact": result.artifact_id or ""}
+        return Response(data, media_type="application/x-tar", headers=headers)
+
+    # -- output ------------------------------------------------------------------------------------------------
+
+    async def read_output(self, request: Request) -> Response:
+        query = self.query(request, ReadQuery)
+        held = await self.held(request)
+        async with self.service.using(held):
+            result = await held.session.read_output(
+                request.path_params["artifact"],
+                stream=query.stream,
+                start_line=query.start_line,
+                line_count=query.line_count,
+                start_byte_in_line=query.start_byte_in_line,
+            )
+        return _json(_wire(result))
+
+    async def search_output(self, request: Request) -> Response:
+        query = self.query(request, SearchQuery)
+        held = await self.held(request)
+        async with self.service.using(held):
+            result = await held.session.search_output(
+                request.path_params["artifact"],
+                pattern=query.pattern,
+                stream=query.stream,
+                limit=query.limit,
+                start_line=query.start_line,
+            )
+        return _json(_wire(result))
+
+    # -- tasks -------------------------------------------------------------------------------------------------
+
+    async def list_tasks(self, request: Request) -> Response:
+        held = await self.held(request)
+        owner = self.owner(request)
+        infos = await held.session.list_tasks(owner=owner)
+        return _json([TaskView(**info.model_dump(exclude={"owner", "result"}), run=info.result) for info in infos])
+
+    async def start_task(self, request: Request) -> Response:
+        body = await self.parse(request, TaskStart)
+        held = await self.held(request)
+        owner = self.owner(request)
+        handler = self.service.approval_handler(held.session.id, owner) if body.approvals == "wait" else None
+
+        async def run() -> ToolResult:
+            async with self.service.using(held):
+                return await held.session.start_task(
+                    body.command, cwd=body.cwd, env=body.env, owner=owner, approval_handler=handler
+                )
+
+        result = await self.service.run(run)
+        return _json(_wire(result), status=201)
+
+    async def read_task(self, request: Request) -> Response:
+        query = self.query(request, TaskReadQuery)
+        held = await self.held(request)
+        owner = self.owner(request)
+        task_id = request.path_params["task"]
+        session = held.session
+
+        async def page(offset: int) -> ToolResult:
+            async with self.service.using(held):
+                return await session.read_task(
+                    task_id, stream=query.stream, offset=offset, max_bytes=query.max_bytes, owner=owner
+                )
+
+        first = await page(query.offset)
+        if not query.follow:
+            return _json(_wire(first))
+
+        async def lines() -> AsyncIterator[bytes]:
+            current, asked = first, query.offset
+            while True:
+                data = current.data or {}
+                offset = int(str(data.get("next_offset", 0)))
+                done = not data.get("running") and offset >= int(str(data.get("end", 0)))
+                if offset > asked or done or current is first:
+                    # Pages with nothing new are not sent: a follower sees new bytes, and the end.
+                    yield _line(PageEvent(result=_wire(current)))
+                if done:
+                    return
+                if offset >= int(str(data.get("end", 0))):
+                    await _sleep(_FOLLOW_POLL_S)
+                try:
+                    current, asked = await page(offset), offset
+                except ExecutorError as exc:
+                    yield _line(ErrorEvent(error=ErrorInfo(type=type(exc).__name__, message=str(exc))))
+                    return
+
+        return StreamingResponse(lines(), media_type=_NDJSON)
+
+    async def stop_task(self, request: Request) -> Response:
+        held = await self.held(request)
+        owner = self.owner(request)
+        task_id = request.path_params["task"]
+
+        async def run() -> Any:
+            async with self.service.using(held):
+                return await held.session.stop_task(task_id, owner=owner)
+
+        info = await self.service.run(run)
+        return _json(TaskView(**info.model_dump(exclude={"owner", "result"}), run=info.result))
+
+    # -- approvals ---------------------------------------------------------------------------------------------
+
+    async def list_approvals(self, request: Request) -> Response:
+        return _json(self.service.approvals(self.owner(request)))
+
+    async def answer_approval(self, request: Request) -> Response:
+        body = await self.parse(request, ApprovalAnswer)
+        self.service.answer(request.path_params["approval"], body.approve, self.owner(request))
+        return Response(status_code=204)
+
+
+async def _sleep(seconds: float) -> None:
+    import anyio  # starlette's own loop abstraction; the service runs it on trio
+
+    await anyio.sleep(seconds)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+    return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
+
+
+_TEXT_STREAMS: Final = frozenset({"stdout", "stderr", "stdout_complete", "stderr_complete"})
+
+
+def _wire(result: ToolResult) -> Result:
+    """A session result on the wire: the same fields, but the raw streams of a run travel as bytes (ExecResult),
+    not as the session result's UTF-8 text."""
+    return Result.model_validate(result.model_dump(exclude=set(_TEXT_STREAMS)))
+
+
+def _exec_result(result: ToolResult, raw: RawStreams) -> ExecResult:
+    stdout, stdout_whole = raw.get("stdout")
+    stderr, stderr_whole = raw.get("stderr")
+    return ExecResult(
+        **_wire(result).model_dump(),
+        stdout=stdout,
+        stderr=stderr,
+        stdout_whole=stdout_whole,
+        stderr_whole=stderr_whole,
+    )
+
+
+def _cancelled(raw: RawStreams, artifact_id: str | None) -> ExecResult:
+    stdout, stdout_whole = raw.get("stdout")
+    stderr, stderr_whole = raw.get("stderr")
+    kept = f"; partial output is kept in artifact {artifact_id}" if artifact_id else ""
+    return ExecResult(
+        tool="bash",
+        outcome="cancelled",
+        text=f"[cancelled: the service is shutting down; the whole process group was killed{kept}]",
+        artifact_id=artifact_id,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_whole=stdout_whole,
+        stderr_whole=stderr_whole,
+    )
+
+
+def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    async def guarded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except _HttpError as exc:
+            return _error(exc.status, exc.type, str(exc))
+        except ExecutorError as exc:
+            return _error(_status_of(exc), type(exc).__name__, str(exc))
+        except Exception as exc:
+            logger.exception("request failed: %s %s", request.method, request.url.path)
+            return _error(500, "ExecutorError", f"the service failed ({type(exc).__name__}); see its log")
+
+    return guarded
+
+
+class _Auth:
+    """Unix socket: the home's owner (None) unless a valid token is shown; TCP: a valid bearer token, or 401."""
+
+    def __init__(self, app: ASGIApp, tokens: Sequence[str], mcp: ASGIApp | None) -> None:
+        self._app = app
+        self._mcp = mcp
+        self._tokens = {hashlib.sha256(t.encode()).digest(): t for t in tokens}
+
+    def _token_owner(self, scope: Scope) -> tuple[bool, str | None]:
+        header = ""
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization":
+                header = value.decode("latin-1")
+        if not header:
+            return False, None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return True, None
+        presented = hashlib.sha256(token.strip().encode()).digest()
+        match = None
+        for digest, known in self._tokens.items():
+            # Every digest is compared: the time does not say which token (if any) matched.
+            if secrets.compare_digest(digest, presented):
+                match = known
+        return True, owner_for_token(match) if match is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            if self._mcp is not None:
+                await self._mcp(scope, receive, send)
+            else:
+                await self._app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        if self._mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
+            await self._mcp(scope, receive, send)
+            return
+        shown, owner = self._token_owner(scope)
+        local = scope.get("server") is None  # hypercorn gives no server address for a unix socket
+        if (shown and owner is None) or (not local and owner is None):
+            response = _error(
+                401,
+                "Unauthorized",
+                "a valid bearer token is required over TCP (Authorization: Bearer <one of service.tokens>)",
+                headers={"www-authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        scope[_OWNER_KEY] = owner
+        await self._app(scope, receive, send)
+
+
+def build_app(service: Service, *, mcp: ASGIApp | None = None) -> ASGIApp:
+    """The service's ASGI app: ``/v1/...`` and, when given, the MCP endpoint at ``/mcp``."""
+    api = _Api(service)
+    p = "/v1/sessions/{session}"
+    routes = [
+        Route("/v1/health", _guard(api.health), methods=["GET"]),
+        Route("/v1/metrics", _guard(api.metrics), methods=["GET"]),
+        Route("/v1/openapi.json", _guard(api.openapi), methods=["GET"]),
+        Route("/v1/sessions", _guard(api.list_sessions), methods=["GET"]),
+        Route("/v1/sessions", _guard(api.create_session), methods=["POST"]),
+        Route(p, _guard(api.inspect_session), methods=["GET"]),
+        Route(p, _guard(api.stop_session), methods=["DELETE"]),
+        Route(p + "/exec", _guard(api.exec), methods=["POST"]),
+        Route(p + "/write", _guard(api.write), methods=["POST"]),
+        Route(p + "/files", _guard(api.upload), methods=["PUT"]),
+        Route(p + "/files", _guard(api.download), methods=["GET"]),
+        Route(p + "/artifacts/{artifact}", _guard(api.read_output), methods=["GET"]),
+        Route(p + "/artifacts/{artifact}/search", _guard(api.search_output), methods=["GET"]),
+        Route(p + "/tasks", _guard(api.list_tasks), methods=["GET"]),
+        Route(p + "/tasks", _guard(api.start_task), methods=["POST"]),
+        Route(p + "/tasks/{task}", _guard(api.read_task), methods=["GET"]),
+        Route(p + "/tasks/{task}", _guard(api.stop_task), methods=["DELETE"]),
+        Route("/v1/approvals", _guard(api.list_approvals), methods=["GET"]),
+        Route("/v1/approvals/{approval}", _guard(api.answer_approval), methods=["POST"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(404, "NotFound", f"no route {request.method} {request.url.path}; see /v1/openapi.json")
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return _error(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.url.path}")
+
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    return _Auth(app, service.svc.tokens, mcp)

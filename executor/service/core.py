@@ -1,0 +1,600 @@
+"""The service's state: the sessions it holds, the work it runs, the asks it waits on, and its counters.
+
+Everything a request starts that changes a session (exec, write, uploads, task starts) runs in the service's *work*
+nursery, not in the request's task: a client that disconnects cancels nothing, and the command keeps capturing to
+its artifact. Sessions are held open by tasks in the *holds* nursery (one task per session, entered and left by that
+task, as ``async with`` requires). On shutdown (:meth:`Service.drain`) no new work is taken, running work gets a
+grace period, then it is cancelled (the agent kills each run's process group) and every held session is closed:
+unnamed sessions the service opened are removed, named and attached ones are left running for the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Final, Literal, TypeVar
+
+import trio
+
+from executor.config import Settings
+from executor.errors import AgentProtocolError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
+from executor.gate.approvals import ApprovalHandler, ApprovalRequest
+from executor.service.wire import (
+    ApprovalView,
+    ChunkEvent,
+    DroppedEvent,
+    ErrorEvent,
+    PendingEvent,
+    ResultEvent,
+)
+from executor.session import Executor, Session
+from executor.session.pool import PoolStats
+
+__all__ = ["Draining", "Held", "LiveStream", "Metrics", "RawStreams", "Service", "open_service"]
+
+logger = logging.getLogger("executor.service")
+
+T = TypeVar("T")
+Stream = Literal["stdout", "stderr"]
+_REAP_EVERY_S: Final = 1.0
+_CLOSE_BUDGET_S: Final = 20.0
+_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, math.inf)
+
+
+class Draining(ExecutorError):
+    """The service got SIGTERM and takes no new work (a 503)."""
+
+
+def owns(session_owner: str | None, caller: str | None) -> bool:
+    """Whether ``caller`` may touch what ``session_owner`` owns: the unix socket's caller (None) owns everything;
+    a token owns only what it created (compared in constant time)."""
+    if caller is None:
+        return True
+    return session_owner is not None and secrets.compare_digest(session_owner, caller)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Live streams.
+
+
+_COALESCE_MAX: Final = 1024 * 1024
+_Queued = tuple[Stream, bytearray] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
+
+
+class LiveStream:
+    """Events between a running command and its client, bounded per stream: a slow client loses chunks (told by
+    a ``dropped`` event), a gone one (:meth:`detach`) loses the rest; the command never waits for either.
+
+    Chunks of one stream that queue up behind a slower reader are merged (up to 1 MiB an event), so a reader that
+    falls behind catches up with fewer, larger events instead of dropping.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._events: deque[_Queued] = deque()
+        self._buffered: dict[str, int] = {"stdout": 0, "stderr": 0}
+        self._dropped: dict[str, int] = {"stdout": 0, "stderr": 0}
+        self._wake = trio.Event()
+        self._closed = False
+        self.detached = False
+
+    def chunk(self, stream: str, data: bytes) -> None:
+        """Queue bytes of ``stream`` (a capture tee: never blocks, never raises)."""
+        if self.detached or self._closed or stream not in self._buffered or not data:
+            return
+        name: Stream = "stdout" if stream == "stdout" else "stderr"
+        if self._buffered[name] + len(data) > self._limit:
+            self._dropped[name] += len(data)
+            return
+        self._flush_dropped(name)
+        last = self._events[-1] if self._events else None
+        if isinstance(last, tuple) and last[0] == name and len(last[1]) + len(data) <= _COALESCE_MAX:
+            last[1].extend(data)
+        else:
+            self._events.append((name, bytearray(data)))
+        self._buffered[name] += len(data)
+        self._wake.set()
+
+    def note(self, event: PendingEvent) -> None:
+        """Queue an out-of-band note (an approval the command waits for)."""
+        if not (self.detached or self._closed):
+            self._events.append(event)
+            self._wake.set()
+
+    def close(self, event: ResultEvent | ErrorEvent) -> None:
+        """Queue the final event; nothing follows it."""
+        if self._closed:
+            return
+        self._flush_dropped("stdout")
+        self._flush_dropped("stderr")
+        self._events.append(event)
+        self._closed = True
+        self._wake.set()
+
+    def detach(self) -> None:
+        """The client is gone: drop what is queued and everything after."""
+        self.detached = True
+        self._events.clear()
+
+    def _flush_dropped(self, name: Stream) -> None:
+        if self._dropped[name]:
+            self._events.append(DroppedEvent(stream=name, bytes=self._dropped[name]))
+            self._dropped[name] = 0
+
+    async def events(self) -> AsyncIterator[ChunkEvent | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent]:
+        """The events in order, until the final one."""
+        while True:
+            while self._events:
+                item = self._events.popleft()
+                if isinstance(item, tuple):
+                    name, data = item
+                    self._buffered[name] -= len(data)
+                    yield ChunkEvent(stream=name, data=bytes(data))
+                else:
+                    yield item
+            if self._closed:
+                return
+            # No checkpoint between the emptiness check and the new event: a producer cannot slip in unseen.
+            self._wake = trio.Event()
+            await self._wake.wait()
+
+
+class RawStreams:
+    """The first ``limit`` bytes of each stream, for a result's raw ``stdout``/``stderr``."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._parts: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.total: dict[str, int] = {"stdout": 0, "stderr": 0}
+
+    def add(self, stream: str, data: bytes) -> None:
+        """Keep what fits (a capture tee)."""
+        part = self._parts.get(stream)
+        if part is None:
+            return
+        self.total[stream] += len(data)
+        room = self._limit - len(part)
+        if room > 0:
+            part += data[:room]
+
+    def get(self, stream: str) -> tuple[bytes, bool]:
+        """The kept bytes and whether they are the whole stream."""
+        part = self._parts[stream]
+        return bytes(part), len(part) == self.total[stream]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics.
+
+
+@dataclass
+class Metrics:
+    """Counters for ``/v1/metrics`` (Prometheus text)."""
+
+    commands: dict[str, int] = field(default_factory=dict)
+    buckets: list[int] = field(default_factory=lambda: [0] * len(_BUCKETS))
+    latency_sum: float = 0.0
+    latency_count: int = 0
+    requests_rejected: int = 0
+
+    def command(self, outcome: str, seconds: float) -> None:
+        """Count one finished command."""
+        self.commands[outcome] = self.commands.get(outcome, 0) + 1
+        for i, bound in enumerate(_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+        self.latency_sum += seconds
+        self.latency_count += 1
+
+    def render(
+        self, *, sessions: int, running: int, approvals: int, draining: bool, pools: Sequence[PoolStats] = ()
+    ) -> str:
+        """The Prometheus text exposition."""
+        out = [
+            "# HELP executor_sessions Sessions the service holds.",
+            "# TYPE executor_sessions gauge",
+            f"executor_sessions {sessions}",
+            "# HELP executor_running_commands Commands running now.",
+            "# TYPE executor_running_commands gauge",
+            f"executor_running_commands {running}",
+            "# HELP executor_pending_approvals Asks waiting for an answer.",
+            "# TYPE executor_pending_approvals gauge",
+            f"executor_pending_approvals {approvals}",
+            "# HELP executor_draining 1 after SIGTERM.",
+            "# TYPE executor_draining gauge",
+            f"executor_draining {int(draining)}",
+            "# HELP executor_pool_warm_sessions Warm sessions ready to be claimed, per profile.",
+            "# TYPE executor_pool_warm_sessions gauge",
+            *(f'executor_pool_warm_sessions{{profile="{p.profile}"}} {p.ready}' for p in pools),
+            "# HELP executor_pool_creating_sessions Warm sessions being created, per profile.",
+            "# TYPE executor_pool_creating_sessions gauge",
+            *(f'executor_pool_creating_sessions{{profile="{p.profile}"}} {p.creating}' for p in pools),
+            "# HELP executor_commands_total Finished commands by outcome.",
+            "# TYPE executor_commands_total counter",
+        ]
+        for outcome, count in sorted(self.commands.items()):
+            out.append(f'executor_commands_total{{outcome="{outcome}"}} {count}')
+        out += [
+            "# HELP executor_command_seconds Command latency through the service (gate, run, capture, view).",
+            "# TYPE executor_command_seconds histogram",
+        ]
+        for bound, count in zip(_BUCKETS, self.buckets, strict=True):
+            le = "+Inf" if bound == math.inf else repr(bound)
+            out.append(f'executor_command_seconds_bucket{{le="{le}"}} {count}')
+        out += [
+            f"executor_command_seconds_sum {self.latency_sum}",
+            f"executor_command_seconds_count {self.latency_count}",
+        ]
+        return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sessions and approvals.
+
+
+@dataclass
+class Held:
+    """A session the service holds open."""
+
+    session: Session
+    idle_limit_s: float | None
+    closing: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = field(default_factory=trio.Event)
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+
+
+@dataclass
+class _Pending:
+    view_of: ApprovalRequest
+    approval_id: str
+    session_id: str
+    owner: str | None
+    deadline: float
+    answered: trio.Event = field(default_factory=trio.Event)
+    answer: bool | None = None
+
+
+class Service:
+    """The service's state over an open executor. Made by :func:`open_service`."""
+
+    def __init__(
+        self, executor: Executor, settings: Settings, holds: trio.Nursery, work: trio.Nursery, started: float
+    ) -> None:
+        self.executor = executor
+        self.settings = settings
+        self.svc = settings.service
+        self._holds = holds
+        self._work = work
+        self.started = started
+        self.held: dict[str, Held] = {}
+        self._attach_lock = trio.Lock()
+        self._pending: dict[str, _Pending] = {}
+        self.metrics = Metrics()
+        self.running = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self.draining = False
+
+    # -- sessions ----------------------------------------------------------------------------------------------
+
+    def _idle_limit(self, asked: float | str | None) -> float | None:
+        if asked == "none":
+            return None
+        if asked is None:
+            return self.svc.session_idle_s
+        return float(asked)
+
+    async def create(
+        self,
+        *,
+        owner: str | None,
+        profile: str | None,
+        image: str | None,
+        name: str | None,
+        idle_s: float | str | None,
+    ) -> Held:
+        """Open a new session (named ones are kept running when the service stops)."""
+        self.check_open()
+        opener = partial(
+            self.executor.open_session, profile=profile, image=image, name=name, owner=owner, keep=name is not None
+        )
+        return await self._start_hold(opener, self._idle_limit(idle_s))
+
+    async def _start_hold(
+        self, opener: Callable[[], AbstractAsyncContextManager[Session]], idle_limit_s: float | None
+    ) -> Held:
+        held: Held = await self._holds.start(self._hold, opener, idle_limit_s)
+        return held
+
+    async def _hold(
+        self,
+        opener: Callable[[], AbstractAsyncContextManager[Session]],
+        idle_limit_s: float | None,
+        *,
+        task_status: trio.TaskStatus[Held],
+    ) -> None:
+        held: Held | None = None
+        try:
+            async with opener() as session:
+                held = Held(session, idle_limit_s)
+                self.held[session.id] = held
+                task_status.started(held)
+                await held.closing.wait()
+        except Exception:
+            if held is None:
+                raise  # not started: the request that asked gets the error
+            logger.exception("closing session %s failed", held.session.id)
+        finally:
+            if held is not None:
+                if self.held.get(held.session.id) is held:
+                    del self.held[held.session.id]
+                held.done.set()
+
+    def _find_held(self, id_or_name: str) -> Held | None:
+        held = self.held.get(id_or_name)
+        if held is not None:
+            return held
+        for candidate in self.held.values():
+            if candidate.session.name == id_or_name:
+                return candidate
+        return None
+
+    async def get(self, id_or_name: str, owner: str | None) -> Held:
+        """The held session ``id_or_name``, attaching (and holding) an existing one found by its labels.
+
+        Raises:
+            SessionNotFound: no such running session, or another owner's.
+        """
+        held = self._find_held(id_or_name)
+        if held is None:
+            held = await self._attach(id_or_name, owner)
+        if not owns(held.session.owner, owner):
+            raise _not_found(id_or_name)
+        return held
+
+    async def _attach(self, id_or_name: str, owner: str | None) -> Held:
+        # One attach at a time: two first requests for one session must not hold it twice (attaches are rare).
+        async with self._attach_lock:
+            held = self._find_held(id_or_name)
+            if held is None:
+                self.check_open()
+                info = await self.executor.backend.find_session(id_or_name)
+                if not owns(info.owner, owner):
+                    raise _not_found(id_or_name)
+                held = self._find_held(info.id)
+                if held is None:
+                    limit = self.svc.session_idle_s if info.name is not None else None
+                    opener = partial(self.executor.attach_session, info.id, owner=info.owner)
+                    held = await self._start_hold(opener, limit)
+            return held
+
+    async def stop(self, id_or_name: str, owner: str | None) -> None:
+        """Kill everything the session started and remove it.
+
+        Raises:
+            SessionNotFound: no such session, or another owner's.
+        """
+        held = self._find_held(id_or_name)
+        if held is not None:
+            if not owns(held.session.owner, owner):
+                raise _not_found(id_or_name)
+            session_id = held.session.id
+            held.closing.set()
+            with trio.move_on_after(_CLOSE_BUDGET_S):
+                await held.done.wait()
+            with suppress(SessionNotFound):
+                await self.executor.stop_session(session_id, owner=None)
+            return
+        info = await self.executor.backend.find_session(id_or_name)
+        if not owns(info.owner, owner):
+            raise _not_found(id_or_name)
+        await self.executor.stop_session(info.id, owner=None)
+
+    def release(self, held: Held) -> None:
+        """Stop holding a session whose sandbox is lost: the next request finds it again (or "not found")."""
+        if self.held.get(held.session.id) is held:
+            del self.held[held.session.id]
+        held.closing.set()
+
+    @asynccontextmanager
+    async def using(self, held: Held) -> AsyncIterator[Session]:
+        """Mark the session busy (the idle clock stops) while a request uses it."""
+        held.busy += 1
+        try:
+            yield held.session
+        except (SandboxLost, AgentProtocolError):
+            # The connection is gone (a refused spawn, an AgentError, is the caller's input and keeps it).
+            self.release(held)
+            raise
+        finally:
+            held.busy -= 1
+            held.last_used = time.monotonic()
+
+    async def reap_idle(self) -> None:
+        """Stop held sessions past their idle limit, forever (runs in the holds nursery)."""
+        while True:
+            await trio.sleep(_REAP_EVERY_S)
+            now = time.monotonic()
+            for held in list(self.held.values()):
+                limit = held.idle_limit_s
+                if limit is not None and held.busy == 0 and now - held.last_used > limit:
+                    with suppress(ExecutorError):
+                        await self.stop(held.session.id, None)
+
+    # -- work --------------------------------------------------------------------------------------------------
+
+    def check_open(self) -> None:
+        """Refuse new work while draining.
+
+        Raises:
+            Draining: SIGTERM was received.
+        """
+        if self.draining:
+            self.metrics.requests_rejected += 1
+            raise Draining("the service is shutting down and takes no new work; retry against its next start")
+
+    def _enter_work(self) -> None:
+        self.check_open()
+        self.running += 1
+        self._idle = trio.Event() if self.running == 1 else self._idle
+
+    def _leave_work(self) -> None:
+        self.running -= 1
+        if self.running == 0:
+            self._idle.set()
+
+    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` in the work nursery, counted as running work (it must not raise).
+
+        Raises:
+            Draining: SIGTERM was received.
+        """
+        self._enter_work()
+
+        async def run() -> None:
+            try:
+                await fn()
+            finally:
+                self._leave_work()
+
+        self._work.start_soon(run)
+
+    async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` in the work nursery and wait for its value: the caller going away does not cancel it.
+
+        Raises:
+            Draining: SIGTERM was received.
+            ExecutorError: what ``fn`` raised, or a note that the service cancelled it on shutdown.
+        """
+        done = trio.Event()
+        box: dict[str, Any] = {}
+
+        async def job() -> None:
+            try:
+                box["value"] = await fn()
+            except Exception as exc:
+                box["error"] = exc
+            finally:
+                done.set()
+
+        self.spawn(job)
+        await done.wait()
+        if "error" in box:
+            raise box["error"]
+        if "value" not in box:
+            raise ExecutorError("the service cancelled this action while shutting down")
+        value: T = box["value"]
+        return value
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking work; let running work finish for ``grace_s``, then cancel it (process groups killed)."""
+        self.draining = True
+        for pending in list(self._pending.values()):
+            pending.answered.set()  # unanswered asks are denied now rather than holding the grace period
+        with trio.move_on_after(grace_s):
+            await self._idle.wait()
+        self._work.cancel_scope.cancel()
+        # Cancelled runs unwind through the agent (kill, then its result): wait for that, bounded, so their
+        # clients get the final event before the listener closes.
+        with trio.move_on_after(_CLOSE_BUDGET_S):
+            await self._idle.wait()
+
+    # -- approvals ---------------------------------------------------------------------------------------------
+
+    def approval_handler(
+        self, session_id: str, owner: str | None, notify: Callable[[PendingEvent], None] | None = None
+    ) -> ApprovalHandler:
+        """A handler that parks each ask until ``answer`` (or the timeout, which denies)."""
+
+        async def ask(request: ApprovalRequest) -> bool | None:
+            if self.draining:
+                return None
+            approval_id = f"ap-{secrets.token_hex(8)}"
+            timeout = self.svc.approval_timeout_s
+            pending = _Pending(request, approval_id, session_id, owner, time.monotonic() + timeout)
+            self._pending[approval_id] = pending
+            try:
+                if notify is not None:
+                    notify(PendingEvent(approval_id=approval_id, summary=request.summary))
+                with trio.move_on_after(timeout):
+                    await pending.answered.wait()
+                return pending.answer
+            finally:
+                del self._pending[approval_id]
+
+        return ask
+
+    def approvals(self, owner: str | None) -> list[ApprovalView]:
+        """The asks ``owner`` may answer."""
+        now = time.monotonic()
+        return [
+            ApprovalView(
+                approval_id=p.approval_id,
+                session_id=p.session_id,
+                summary=p.view_of.summary,
+                reasons=p.view_of.reasons,
+                identity=p.view_of.identity,
+                expires_in_s=max(0.0, p.deadline - now),
+            )
+            for p in self._pending.values()
+            if owns(p.owner, owner)
+        ]
+
+    def answer(self, approval_id: str, approve: bool, owner: str | None) -> None:
+        """Answer an ask once.
+
+        Raises:
+            ApprovalNotFound: no such pending ask, it was answered already, or it is another owner's.
+        """
+        pending = self._pending.get(approval_id)
+        if pending is None or pending.answered.is_set() or not owns(pending.owner, owner):
+            raise ApprovalNotFound(f"no pending approval {approval_id!r}; GET /v1/approvals lists yours")
+        pending.answer = approve
+        pending.answered.set()
+
+
+def _not_found(id_or_name: str) -> SessionNotFound:
+    return SessionNotFound(f"no session {id_or_name!r}; GET /v1/sessions lists yours")
+
+
+@asynccontextmanager
+async def open_service(executor: Executor, settings: Settings) -> AsyncIterator[Service]:
+    """The service's state over ``executor``; leaving drains nothing (call :meth:`Service.drain` first) and closes
+    every held session (unnamed ones the service opened are removed)."""
+    async with trio.open_nursery() as holds:
+        # The work nursery lives in a task of its own, so cancelling it (drain) cancels the work and nothing else:
+        # the caller's body (the listener, answering the cancelled runs' clients) runs outside its scope.
+        work: trio.Nursery = await holds.start(_own_nursery)
+        service = Service(executor, settings, holds, work, time.time())
+        holds.start_soon(service.reap_idle)
+        try:
+            yield service
+        finally:
+            work.cancel_scope.cancel()
+            for held in list(service.held.values()):
+                held.closing.set()
+            holds.cancel_scope.deadline = trio.current_time() + _CLOSE_BUDGET_S
+            # reap_idle never ends by itself: the holds' own exits are what the deadline waits for.
+            with suppress(Exception):
+                await _wait_closed(service)
+            holds.cancel_scope.cancel()
+
+
+async def _own_nursery(*, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    async with trio.open_nursery() as nursery:
+        task_status.started(nursery)
+        await trio.sleep_forever()
+
+
+async def _wait_closed(service: Service) -> None:
+    while service.held:
+        held = next(iter(service.held.values()))
+        await held.done.wait()

@@ -1,0 +1,360 @@
+"""The service's wire models: every request and response body of the ``/v1`` JSON API, and the exec event stream.
+
+Pure pydantic (no trio, no docker): the service validates with these and generates its OpenAPI document from them,
+and :mod:`executor.client` parses with the same classes, so the two cannot drift. Bytes travel as base64 strings.
+:class:`Result` has the fields of :class:`executor.session.ToolResult` (a test checks that), so a result reads the
+same on every surface.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from executor.models import RunResult
+
+__all__ = [
+    "API_VERSION",
+    "ApprovalAnswer",
+    "ApprovalView",
+    "ChunkEvent",
+    "DroppedEvent",
+    "ErrorEvent",
+    "ErrorInfo",
+    "ErrorResponse",
+    "ExecEvent",
+    "ExecRequest",
+    "ExecResult",
+    "FilesQuery",
+    "Health",
+    "PageEvent",
+    "PendingEvent",
+    "ReadQuery",
+    "Result",
+    "ResultEvent",
+    "SearchQuery",
+    "SessionCreate",
+    "SessionView",
+    "TaskEvent",
+    "TaskReadQuery",
+    "TaskStart",
+    "TaskView",
+    "WriteRequest",
+]
+
+API_VERSION = "v1"
+"""The JSON API's version: its path prefix."""
+
+Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
+"""How a tool call ended (the in-process API's vocabulary)."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, ser_json_bytes="base64", val_json_bytes="base64"
+    )
+
+
+class ErrorInfo(_Wire):
+    """An error, named by its class in the executor's exception tree (``executor.errors``)."""
+
+    type: str
+    """The exception class name (``SessionNotFound``, ``CommandRejected``...; ``ExecutorError`` for the root)."""
+    message: str
+    """What happened and what to do next."""
+
+
+class ErrorResponse(_Wire):
+    """The body of every non-2xx response."""
+
+    error: ErrorInfo
+    """The error."""
+
+
+class SessionCreate(_Wire):
+    """Start a session."""
+
+    profile: str | None = None
+    """A profile name from the settings (default: ``default_profile``)."""
+    image: str | None = Field(None, max_length=256)
+    """Override the profile's image (an ``images/`` folder name or a local ``name:tag``)."""
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+    """A name, unique among live sessions; a named session outlives the service and is found again on restart."""
+    idle_s: float | Literal["none"] | None = None
+    """Idle limit in seconds (``none``: no limit; unset: ``service.session_idle_s``)."""
+
+    @field_validator("idle_s")
+    @classmethod
+    def _positive(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, float | int) and not 0 < value <= 365 * 86_400:
+            raise ValueError("idle_s must be above 0 and at most a year, or 'none'")
+        return value
+
+
+class SessionView(_Wire):
+    """One session as the service sees it."""
+
+    id: str
+    """The session id (``s-`` and 12 hex digits)."""
+    name: str | None
+    """Its name, if it has one."""
+    image: str
+    """The image its container runs."""
+    profile: str
+    """The profile it was opened with."""
+    state: str
+    """The container's state (``running``, ``exited``...)."""
+    created_at: datetime
+    """When it was opened (UTC)."""
+    held: bool
+    """The service holds a connection to it (it has been used since the service started)."""
+    idle_limit_s: float | None = None
+    """Its idle limit while held (None: no limit)."""
+    idle_for_s: float | None = None
+    """Seconds since its last request ended while held."""
+
+
+class ExecRequest(_Wire):
+    """Run one bash command in a session."""
+
+    command: str = Field(min_length=1)
+    """The bash command (run as ``bash -c``)."""
+    cwd: str | None = None
+    """Working directory (default: the workspace)."""
+    env: dict[str, str] | None = None
+    """Extra environment entries."""
+    stdin: bytes | None = None
+    """Bytes for stdin (base64), then closed; unset: /dev/null."""
+    timeout_ms: int | None = Field(None, ge=1)
+    """Deadline (default ``bash.timeout_ms``, at most ``bash.max_timeout_ms``)."""
+    focus_mode: Literal["off", "shadow", "on"] | None = None
+    """Focus mode for the presented view."""
+    intent: str | None = Field(None, max_length=2000)
+    """What the caller looks for in the output (helps focus)."""
+    approvals: Literal["wait", "none"] = "wait"
+    """``wait``: an ask waits (up to ``service.approval_timeout_s``) for ``POST /v1/approvals/{id}``; ``none``: an
+    ask comes back ``blocked``."""
+
+
+class Result(_Wire):
+    """What one tool call returns: the model's view plus the structured facts (``ToolResult``'s fields)."""
+
+    tool: Literal["bash", "write_file", "read_output", "search_output", "task_start", "task_read"]
+    """Which tool produced it."""
+    outcome: Outcome
+    """How the call ended."""
+    text: str
+    """The exact, bounded, sanitized view presented to a model."""
+    action_id: str | None = None
+    """The gated action's id."""
+    artifact_id: str | None = None
+    """The artifact holding every captured stream whole."""
+    task_id: str | None = None
+    """The background task's id (task tools)."""
+    run: RunResult | None = None
+    """Exit code, cause, duration, CPU, max RSS and orphans of a bash run."""
+    exit_code: int | None = None
+    """The command's shell-style status (128+N for signal N), when it ran."""
+    data: dict[str, object] | None = None
+    """Tool-specific structured data."""
+
+
+class ExecResult(Result):
+    """A bash result with the raw streams (each bounded by ``service.result_stream_max_bytes``)."""
+
+    stdout: bytes = b""
+    """The command's raw stdout (base64), from its first byte."""
+    stderr: bytes = b""
+    """The command's raw stderr (base64), from its first byte."""
+    stdout_whole: bool = True
+    """``stdout`` is all of it (else read the artifact)."""
+    stderr_whole: bool = True
+    """``stderr`` is all of it (else read the artifact)."""
+
+
+class ChunkEvent(_Wire):
+    """Bytes of a stream, as they arrived."""
+
+    kind: Literal["chunk"] = "chunk"
+    stream: Literal["stdout", "stderr"]
+    """Which stream."""
+    data: bytes
+    """The bytes (base64)."""
+
+
+class DroppedEvent(_Wire):
+    """The client fell behind: bytes of a stream were not sent live (the artifact and the result still have them)."""
+
+    kind: Literal["dropped"] = "dropped"
+    stream: Literal["stdout", "stderr"]
+    """Which stream."""
+    bytes: int
+    """How many bytes were skipped since the previous event of this stream."""
+
+
+class PendingEvent(_Wire):
+    """The command waits for an approval (answer it with ``POST /v1/approvals/{approval_id}``)."""
+
+    kind: Literal["approval"] = "approval"
+    approval_id: str
+    """The pending approval's id."""
+    summary: str
+    """What is asked."""
+
+
+class ResultEvent(_Wire):
+    """The final event of an exec stream."""
+
+    kind: Literal["result"] = "result"
+    result: ExecResult
+    """The result."""
+
+
+class ErrorEvent(_Wire):
+    """The final event of a stream that failed after it began."""
+
+    kind: Literal["error"] = "error"
+    error: ErrorInfo
+    """The error."""
+
+
+ExecEvent = Annotated[ChunkEvent | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent, Field(discriminator="kind")]
+"""One line of an exec stream (ndjson): chunks (and ``dropped`` notes) as they come, then a result or an error."""
+
+
+class PageEvent(_Wire):
+    """One page of a followed task's stream."""
+
+    kind: Literal["page"] = "page"
+    result: Result
+    """The page, as ``task`` read returns it (``data.next_offset`` continues)."""
+
+
+TaskEvent = Annotated[PageEvent | ErrorEvent, Field(discriminator="kind")]
+"""One line of a followed task read (ndjson)."""
+
+
+class WriteRequest(_Wire):
+    """Create or replace a file (staged, symlink-safe, gated on the exact path and content)."""
+
+    path: str = Field(min_length=1, max_length=4096)
+    """The file's path (relative: inside the workspace)."""
+    content: bytes
+    """The content (base64)."""
+    parents: bool = False
+    """Create missing parent folders first (a gated ``mkdir -p``)."""
+    mode: str | None = Field(None, pattern=r"^0?[0-7]{3,4}$")
+    """Octal mode to set afterwards (a gated ``chmod``), like ``"755"``."""
+
+
+class TaskStart(_Wire):
+    """Start a background task."""
+
+    command: str = Field(min_length=1)
+    """The bash command."""
+    cwd: str | None = None
+    """Working directory."""
+    env: dict[str, str] | None = None
+    """Extra environment entries."""
+    approvals: Literal["wait", "none"] = "wait"
+    """As for exec."""
+
+
+class TaskView(_Wire):
+    """A background task."""
+
+    task_id: str
+    """Its id."""
+    command: str
+    """The command it runs."""
+    running: bool
+    """Still running."""
+    artifact_id: str | None = None
+    """The artifact mirroring its streams."""
+    run: RunResult | None = None
+    """How it ended, once it has (only known to ``stop``)."""
+
+
+class ApprovalView(_Wire):
+    """An ask waiting for an answer."""
+
+    approval_id: str
+    """Answer with ``POST /v1/approvals/{approval_id}``."""
+    session_id: str
+    """The session of the action."""
+    summary: str
+    """The exact action (command with cwd, env, timeout; or path and diff)."""
+    reasons: tuple[str, ...]
+    """Why the gate asks."""
+    identity: str
+    """The action's identity hash; the approval binds to it."""
+    expires_in_s: float
+    """Seconds until it is denied by timeout."""
+
+
+class ApprovalAnswer(_Wire):
+    """An answer to an ask."""
+
+    approve: bool
+    """True approves that exact action once; false denies it."""
+
+
+class Health(_Wire):
+    """The service's state."""
+
+    status: Literal["ok", "draining"]
+    """``draining`` after SIGTERM: no new work is taken."""
+    version: str
+    """The executor's version."""
+    sessions: int
+    """Sessions held."""
+    running: int
+    """Commands running now."""
+
+
+class ReadQuery(_Wire):
+    """Query of ``GET .../artifacts/{artifact_id}``: one page of a stored stream."""
+
+    stream: str | None = None
+    """The stream (default: the first with output)."""
+    start_line: int = Field(1, ge=1)
+    """First line (1-based)."""
+    line_count: int | None = Field(None, ge=1, le=100_000)
+    """Lines wanted (default: as many as fit)."""
+    start_byte_in_line: int | None = Field(None, ge=0)
+    """Continue inside a long line at this byte."""
+
+
+class SearchQuery(_Wire):
+    """Query of ``GET .../artifacts/{artifact_id}/search``."""
+
+    pattern: str = Field(min_length=1, max_length=1000)
+    """A regular expression, matched line by line."""
+    stream: str | None = None
+    """The stream (default: every stream, in order)."""
+    limit: int = Field(20, ge=1, le=1000)
+    """Most matches returned."""
+    start_line: int = Field(1, ge=1)
+    """Resume from this line."""
+
+
+class TaskReadQuery(_Wire):
+    """Query of ``GET .../tasks/{task_id}``."""
+
+    stream: Literal["stdout", "stderr"] = "stdout"
+    """Which stream."""
+    offset: int = Field(0, ge=0)
+    """Whole-stream byte offset to read from."""
+    max_bytes: int = Field(65_536, ge=1, le=1024 * 1024)
+    """Most bytes per page."""
+    follow: bool = False
+    """Stream pages (ndjson ``TaskEvent`` lines) until the task ends, instead of one page."""
+
+
+class FilesQuery(_Wire):
+    """Query of ``PUT``/``GET .../files``."""
+
+    path: str = Field(min_length=1, max_length=4096)
+    """Upload: the folder to unpack into (created if missing). Download: the file or folder to pack."""

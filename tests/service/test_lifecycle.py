@@ -1,0 +1,188 @@
+"""The service's lifetime: SIGTERM mid-command (grace, then kill), SIGKILL (nothing left running, named sessions
+found again), and the settings that bound it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from executor.errors import ExecutorError, ServiceUnavailable, SessionNotFound
+from tests.service.conftest import ServiceProcess, new_name, service_env
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+
+COUNT_SLEEPERS = (
+    "n=0; for p in /proc/[0-9]*; do grep -qa 'sleep 30[0]' $p/cmdline 2>/dev/null && n=$((n+1)); done; echo $n"
+)
+"""Counts processes running ``sleep 300`` in the session (the image has no procps; the bracket keeps the counting
+shell's own command line from matching)."""
+
+
+def _poll(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _stop_named(service: ServiceProcess, name: str) -> None:
+    """Remove a named session the test made, through the service if it runs, else in-process (the CLI)."""
+    try:
+        with service.client() as client:
+            client.stop_session(name)
+    except (ServiceUnavailable, SessionNotFound):
+        subprocess.run(
+            [sys.executable, "-m", "executor.cli", "session", "stop", name],
+            env=service.env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_sigterm_lets_short_commands_finish_and_kills_long_ones(service_factory: Any) -> None:
+    """After SIGTERM a command inside the grace period completes, one past it is cancelled with its whole process
+    group killed, and the service exits 0; its named session is found again by the next start."""
+    service: ServiceProcess = service_factory(service__shutdown_grace_s="4")
+    service.start()
+    name = new_name()
+    client = service.client()
+    client.create_session(name=name)
+    try:
+        short_thread, short = _in_thread(lambda: client.exec(name, "sleep 1; echo short-done"))
+        long_thread, long = _in_thread(lambda: client.exec(name, "sleep 300 & sleep 300; echo never"))
+        _poll(lambda: client.health().running == 2, 30, "both commands to run")
+        service.signal(signal.SIGTERM)
+        short_thread.join(60)
+        long_thread.join(60)
+        assert service.wait(60) == 0, "".join(service.stderr)
+        assert short["value"].outcome == "completed" and short["value"].stdout == b"short-done\n"
+        assert long["value"].outcome == "cancelled"
+        assert b"never" not in long["value"].stdout
+        client.close()
+        service.start()
+        with service.client() as again:
+            assert name in {s.name for s in again.list_sessions()}
+            assert again.exec(name, COUNT_SLEEPERS).stdout == b"0\n"
+    finally:
+        _stop_named(service, name)
+
+
+def test_new_work_is_refused_while_draining(service_factory: Any) -> None:
+    """Once SIGTERM is received, a new exec is refused (503: the service takes no new work)."""
+    service: ServiceProcess = service_factory(service__shutdown_grace_s="30")
+    service.start()
+    with service.client() as client:
+        session = client.create_session().id
+        thread, box = _in_thread(lambda: client.exec(session, "sleep 2"))
+        _poll(lambda: client.health().running == 1, 30, "the command to run")
+        service.signal(signal.SIGTERM)
+        _poll(lambda: client.health().status == "draining", 10, "draining")
+        with pytest.raises(ExecutorError, match="shutting down"):
+            client.exec(session, "true")
+        thread.join(60)
+        assert box["value"].outcome == "completed"
+    assert service.wait(60) == 0
+
+
+def test_sigkill_leaves_nothing_running_and_named_sessions_come_back(service_factory: Any) -> None:
+    """A SIGKILLed service's unnamed session stops by itself (the agent's orphan exit) and is reaped on restart;
+    its named session is found again by its labels and still works."""
+    service: ServiceProcess = service_factory(agent__orphan_exit_s="2")
+    service.start()
+    name = new_name()
+    client = service.client()
+    client.create_session(name=name)
+    unnamed = client.create_session().id
+    try:
+        thread, box = _in_thread(lambda: client.exec(unnamed, "sleep 300"))
+        _poll(lambda: client.health().running == 1, 30, "the command to run")
+        service.signal(signal.SIGKILL)
+        service.wait(30)
+        thread.join(30)
+        assert isinstance(box.get("error"), ServiceUnavailable)
+
+        def gone_or_stopped() -> bool:
+            try:
+                return client.session(unnamed).state != "running"
+            except SessionNotFound:
+                return True
+
+        client.close()
+        service.start()
+        client = service.client()
+        _poll(gone_or_stopped, 90, "the unnamed session to stop")
+        assert name in {s.name for s in client.list_sessions()}
+        assert client.exec(name, "echo back").stdout == b"back\n"
+        client.close()
+    finally:
+        _stop_named(service, name)
+
+
+def test_bounds_from_settings(service_factory: Any) -> None:
+    """approval_timeout_s denies an unanswered ask, result_stream_max_bytes bounds the raw streams,
+    download_max_bytes bounds a download, idle_s stops an idle session, and session_idle_s is the default limit."""
+    service: ServiceProcess = service_factory(
+        service__approval_timeout_s="1",
+        service__result_stream_max_bytes="16",
+        service__session_idle_s="777",
+        service__download_max_bytes="2048",
+    )
+    service.start()
+    with service.client() as client:
+        session = client.create_session()
+        assert session.idle_limit_s == 777
+        asked = client.exec(session.id, "touch x && crontab -l")
+        assert asked.outcome == "denied"
+        long = client.exec(session.id, "seq 1 100")
+        assert len(long.stdout) == 16 and not long.stdout_whole and long.stderr_whole
+        client.exec(session.id, "mkdir big && head -c 8192 /dev/zero > big/zeros")
+        with pytest.raises(ExecutorError, match=r"service\.download_max_bytes"):
+            client.download_tar(session.id, "big")
+        short = client.create_session(idle_s=1)
+        _poll(lambda: short.id not in {s.id for s in client.list_sessions()}, 60, "the idle session to stop")
+
+
+def test_tcp_without_tokens_is_refused_at_start(tmp_path: Any) -> None:
+    """``executor serve`` with service.tcp and no tokens exits 2 with a one-line error."""
+    env = service_env(tmp_path, service__tcp="true")
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.cli", "serve"], env=env, capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert b"service.tcp" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_a_second_service_on_the_same_home_is_refused(service_factory: Any) -> None:
+    """One service per home: a second ``executor serve`` on a live socket exits 125 and says why."""
+    service: ServiceProcess = service_factory()
+    service.start()
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.cli", "serve"], env=service.env, capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 125
+    assert b"already listens" in done.stderr
+    with service.client() as client:
+        assert client.health().status == "ok"

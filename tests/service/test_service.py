@@ -1,0 +1,415 @@
+"""The service end to end: a real ``executor serve`` subprocess on the real engine, driven through executor.client."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, get_args
+
+import httpx
+import pytest
+import trio
+
+from executor.client import AsyncClient, Client
+from executor.errors import (
+    ApprovalNotFound,
+    ArtifactNotFound,
+    CommandRejected,
+    ExecutorError,
+    SessionNotFound,
+    TaskNotFound,
+)
+from executor.service.wire import ChunkEvent, ExecResult, Result
+from executor.session import Outcome, ToolResult
+from tests.service.conftest import TOKEN_A, TOKEN_B, ServiceProcess, new_name
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
+
+ASKED = "touch asked-{tag} && crontab -l"
+"""A command the default policy asks about (crontab-and-services); it leaves a marker file if it runs."""
+
+
+def test_result_fields_are_the_in_process_ones() -> None:
+    """A service result carries exactly ToolResult's fields, less the raw streams as text: the exec result carries
+    them as bytes."""
+    text_streams = {"stdout", "stderr", "stdout_complete", "stderr_complete"}
+    assert set(Result.model_fields) == set(ToolResult.model_fields) - text_streams
+    assert get_args(Result.model_fields["outcome"].annotation) == get_args(Outcome)
+    assert get_args(Result.model_fields["tool"].annotation) == get_args(ToolResult.model_fields["tool"].annotation)
+    assert set(ExecResult.model_fields) - set(Result.model_fields) == {
+        "stdout",
+        "stderr",
+        "stdout_whole",
+        "stderr_whole",
+    }
+
+
+def test_exec_streams_chunks_before_the_command_ends(shared_service: ServiceProcess) -> None:
+    """The first line reaches the client while the command still waits; the result carries both raw streams."""
+    with shared_service.client() as client:
+        session = client.create_session().id
+        command = "echo first; echo warn >&2; while [ ! -e go ]; do sleep 0.05; done; echo second; exit 3"
+        seen: list[Any] = []
+        with client.stream_exec(session, command) as events:
+            for event in events:
+                seen.append(event)
+                if isinstance(event, ChunkEvent) and event.data == b"first\n":
+                    # Only a chunk delivered before the end lets the command end at all.
+                    assert client.exec(session, "touch go").outcome == "completed"
+        result = seen[-1].result
+        assert result.outcome == "failed" and result.exit_code == 3
+        assert result.stdout == b"first\nsecond\n" and result.stderr == b"warn\n"
+        assert result.stdout_whole and result.stderr_whole
+        assert result.run is not None and result.run.cause == "exited"
+        streamed = b"".join(e.data for e in seen if isinstance(e, ChunkEvent) and e.stream == "stdout")
+        assert streamed == b"first\nsecond\n"
+        page = client.read_output(session, result.artifact_id, stream="stdout")
+        assert "second" in page.text
+        found = client.search_output(session, result.artifact_id, pattern="sec.nd")
+        assert found.data is not None and found.data["matches"]
+
+
+def test_bad_input_is_the_executors_own_exception(shared_service: ServiceProcess) -> None:
+    """Unknown sessions, artifacts, tasks and approvals, and refused commands raise the executor's exceptions."""
+    with shared_service.client() as client:
+        with pytest.raises(SessionNotFound, match="no session 's-000000000000'"):
+            client.exec("s-000000000000", "true")
+        session = client.create_session().id
+        with pytest.raises(CommandRejected):
+            client.exec(session, "true", timeout_ms=10**12)
+        with pytest.raises(ArtifactNotFound):
+            client.read_output(session, f"{session}.a999")
+        with pytest.raises(TaskNotFound):
+            client.read_task(session, "t99")
+        with pytest.raises(ApprovalNotFound):
+            client.answer("ap-0000000000000000", approve=True)
+
+
+def test_upload_build_download(shared_service: ServiceProcess, tmp_path: Path) -> None:
+    """A folder goes in as a tar, a build runs on it, and its output folder comes back byte for byte."""
+    src = tmp_path / "src"
+    (src / "lib").mkdir(parents=True)
+    (src / "build.sh").write_text("mkdir -p out && for f in lib/*.txt; do tr a-z A-Z < $f > out/$(basename $f); done\n")
+    (src / "lib" / "one.txt").write_text("hello\n")
+    (src / "lib" / "two.txt").write_text("world\n")
+    with shared_service.client() as client:
+        session = client.create_session().id
+        unpacked = client.upload(session, src, "proj")
+        assert unpacked.outcome == "completed", unpacked.text
+        built = client.exec(session, "bash build.sh && ls out", cwd="proj")
+        assert built.outcome == "completed" and built.stdout == b"one.txt\ntwo.txt\n"
+        dest = tmp_path / "back"
+        client.download(session, "proj/out", dest)
+        assert (dest / "out" / "one.txt").read_text() == "HELLO\n"
+        assert (dest / "out" / "two.txt").read_text() == "WORLD\n"
+        with tarfile.open(fileobj=io.BytesIO(client.download_tar(session, "proj/lib/one.txt"))) as tar:
+            assert tar.getnames() == ["one.txt"]
+
+
+def test_write_creates_parents_and_sets_a_mode(shared_service: ServiceProcess) -> None:
+    """A write with parents=True creates the folders; mode is applied after the staged write."""
+    with shared_service.client() as client:
+        session = client.create_session().id
+        written = client.write(session, "deep/er/run.sh", "echo ran\n", parents=True, mode="755")
+        assert written.outcome == "completed", written.text
+        assert written.data is not None and written.data["mode_set"] == "755"
+        ran = client.exec(session, "stat -c %a deep/er/run.sh && ./deep/er/run.sh")
+        assert ran.stdout == b"755\nran\n"
+
+
+def test_approval_answered_out_of_band(shared_service: ServiceProcess) -> None:
+    """An ask waits; a second client lists it and approves it once; a denied one leaves nothing behind."""
+    with shared_service.client() as client, shared_service.client() as approver:
+        session = client.create_session().id
+        for approve in (True, False):
+            tag = "yes" if approve else "no"
+            outcome: list[Any] = []
+            with client.stream_exec(session, ASKED.format(tag=tag)) as events:
+                for event in events:
+                    if event.kind == "approval":
+                        pending = [a for a in approver.approvals() if a.approval_id == event.approval_id]
+                        assert pending and "crontab" in pending[0].summary
+                        approver.answer(event.approval_id, approve=approve)
+                        with pytest.raises(ApprovalNotFound):
+                            approver.answer(event.approval_id, approve=approve)
+                    outcome.append(event)
+            result = outcome[-1].result
+            marker = client.exec(session, f"test -e asked-{tag} && echo present || echo absent").stdout
+            if approve:
+                assert result.outcome == "failed"  # it ran: crontab is not in the image
+                assert marker == b"present\n"
+            else:
+                assert result.outcome == "denied"
+                assert marker == b"absent\n"
+
+
+def test_approvals_none_comes_back_blocked(shared_service: ServiceProcess) -> None:
+    """With approvals='none' an ask is blocked at once and nothing runs."""
+    with shared_service.client() as client:
+        session = client.create_session().id
+        result = client.exec(session, ASKED.format(tag="blocked"), approvals="none")
+        assert result.outcome == "blocked"
+        assert client.exec(session, "ls asked-blocked 2>/dev/null | wc -l").stdout == b"0\n"
+
+
+def test_two_tokens_see_only_their_own(shared_service: ServiceProcess) -> None:
+    """Over TCP each token owns its sessions and asks; another token gets "not found", no token gets 401."""
+    with shared_service.tcp_client(TOKEN_A) as a, shared_service.tcp_client(TOKEN_B) as b:
+        mine = a.create_session().id
+        ran = a.exec(mine, "echo a")
+        assert ran.stdout == b"a\n" and ran.artifact_id is not None
+        with pytest.raises(SessionNotFound):
+            b.read_output(mine, ran.artifact_id)
+        assert mine in {s.id for s in a.list_sessions()}
+        assert mine not in {s.id for s in b.list_sessions()}
+        for call in (
+            lambda: b.exec(mine, "echo b"),
+            lambda: b.session(mine),
+            lambda: b.stop_session(mine),
+            lambda: b.list_tasks(mine),
+        ):
+            with pytest.raises(SessionNotFound):
+                call()
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                a.exec(mine, ASKED.format(tag="tok"))
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=ask)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not a.approvals() and time.monotonic() < deadline:
+                done.wait(0.05)
+            asks = a.approvals()
+            assert asks and not b.approvals()
+            with pytest.raises(ApprovalNotFound):
+                b.answer(asks[0].approval_id, approve=True)
+            a.answer(asks[0].approval_id, approve=False)
+        finally:
+            thread.join(timeout=60)
+        with Client(shared_service.url) as nobody, pytest.raises(ExecutorError, match="bearer token"):
+            nobody.list_sessions()
+        with Client(shared_service.url, token="x" * 20) as wrong, pytest.raises(ExecutorError, match="bearer token"):
+            wrong.health()
+
+
+def test_background_task_followed(shared_service: ServiceProcess) -> None:
+    """A task's pages arrive as it prints, the follow ends with the task, and stop/list work."""
+    with shared_service.client() as client:
+        session = client.create_session().id
+        started = client.start_task(session, "for i in 1 2 3; do echo line$i; sleep 0.2; done")
+        assert started.data is not None
+        task_id = str(started.data["task_id"])
+        with client.follow_task(session, task_id) as pages:
+            texts = [page.text for page in pages]
+        assert "line3" in "".join(texts) and "finished" in texts[-1]
+        long = client.start_task(session, "sleep 300")
+        long_id = str((long.data or {})["task_id"])
+        assert long_id in {t.task_id for t in client.list_tasks(session) if t.running}
+        stopped = client.stop_task(session, long_id)
+        assert not stopped.running and stopped.run is not None
+
+
+def test_health_metrics_and_sessions(shared_service: ServiceProcess) -> None:
+    """Health, Prometheus metrics with commands by outcome, and a session inspected then stopped."""
+    with shared_service.client() as client:
+        name = new_name()
+        view = client.create_session(name=name, idle_s="none")
+        try:
+            assert view.name == name and view.held and view.idle_limit_s is None
+            client.exec(name, "true")
+            assert client.session(name).id == view.id
+            metrics = client.metrics()
+            assert 'executor_commands_total{outcome="completed"}' in metrics
+            assert "executor_command_seconds_bucket" in metrics
+            assert re.search(r'^executor_pool_warm_sessions\{profile="default"\} \d+$', metrics, re.MULTILINE)
+            assert client.health().status == "ok"
+        finally:
+            client.stop_session(name)
+        with pytest.raises(SessionNotFound):
+            client.session(name)
+
+
+def test_async_client_under_asyncio_and_trio(shared_service: ServiceProcess) -> None:
+    """The async client streams an exec under asyncio and under trio, with the same results."""
+
+    async def run() -> tuple[list[bytes], int | None]:
+        async with AsyncClient(socket=shared_service.socket) as client:
+            session = (await client.create_session()).id
+            chunks: list[bytes] = []
+            async with client.stream_exec(session, "echo one; echo two") as events:
+                async for event in events:
+                    if event.kind == "chunk":
+                        chunks.append(event.data)
+            result = await client.exec(session, "exit 4")
+            with pytest.raises(SessionNotFound):
+                await client.exec("s-000000000000", "true")
+            await client.stop_session(session)
+            return chunks, result.exit_code
+
+    for outcome in (asyncio.run(run()), trio.run(run)):
+        assert b"".join(outcome[0]) == b"one\ntwo\n"
+        assert outcome[1] == 4
+
+
+def test_a_gone_client_does_not_stop_the_command(shared_service: ServiceProcess) -> None:
+    """Leaving an exec stream early leaves the command running into its artifact."""
+    with shared_service.client() as client:
+        session = client.create_session().id
+        with client.stream_exec(session, "echo started; sleep 1; echo finished > done.txt") as events:
+            for event in events:
+                if event.kind == "chunk":
+                    break
+        waited = client.exec(session, "while [ ! -e done.txt ]; do sleep 0.05; done; cat done.txt", timeout_ms=30_000)
+        assert waited.stdout == b"finished\n"
+
+
+def test_request_size_is_bounded(service_factory: Any) -> None:
+    """A body above service.max_request_bytes is refused with 413 before it is read whole."""
+    service = service_factory(service__max_request_bytes="2048")
+    service.start()
+    with service.client() as client:
+        session = client.create_session().id
+        with pytest.raises(ExecutorError, match=r"service\.max_request_bytes"):
+            client.write(session, "big.txt", "x" * 4096)
+        assert client.write(session, "small.txt", "x" * 100).outcome == "completed"
+
+
+def test_unix_socket_is_private_and_openapi_is_valid(shared_service: ServiceProcess) -> None:
+    """The socket is mode 0600 and the published OpenAPI document validates."""
+    from openapi_spec_validator import validate
+
+    assert shared_service.socket.stat().st_mode & 0o777 == 0o600
+    with shared_service.client() as client:
+        document = client.openapi()
+    validate(document)
+    assert "/v1/sessions/{session}/exec" in document["paths"]
+    transport = httpx.HTTPTransport(uds=str(shared_service.socket))
+    with httpx.Client(transport=transport, base_url="http://x") as raw:
+        assert raw.get("/v1/nowhere").status_code == 404
+        assert raw.post("/v1/sessions", content=b"{not json").status_code == 422
+
+
+def test_api_fuzzed_from_its_openapi_document(service_factory: Any, tmp_path: Path) -> None:
+    """Schemathesis, driven by the published document against a real session, finds no 5xx answer."""
+    import shutil
+    import subprocess
+    import sys
+
+    # Generated env entries are often ones the gate asks about; an ask that waits ("approvals": "wait") must give
+    # up well inside the fuzzer's request timeout.
+    shared_service: ServiceProcess = service_factory(
+        service__tcp="true",
+        service__port="0",
+        service__tokens=f'["{TOKEN_A}", "{TOKEN_B}"]',
+        service__approval_timeout_s="2",
+    )
+    shared_service.start()
+
+    st = Path(sys.executable).parent / "st"
+    if not st.exists():
+        st = Path(shutil.which("st") or "st")
+    with shared_service.tcp_client(TOKEN_A) as client:
+        session = client.create_session().id
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(f'[parameters]\n"path.session" = "{session}"\n', encoding="utf-8")
+    done = subprocess.run(
+        [
+            str(st),
+            "--config-file",
+            str(config),
+            "run",
+            f"{shared_service.url}/v1/openapi.json",
+            "-H",
+            f"Authorization: Bearer {TOKEN_A}",
+            "--checks",
+            "not_a_server_error",
+            "--exclude-operation-id",
+            "createSession",
+            "--exclude-operation-id",
+            "stopSession",
+            "--max-examples",
+            "10",
+            "--phases",
+            "coverage,fuzzing",
+            "--seed",
+            "1",
+            "-w",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+        cwd=tmp_path,  # schemathesis keeps its state (.schemathesis/) in the working folder
+    )
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "passed" in done.stdout
+
+
+def test_mcp_endpoint_is_served_beside_the_api(shared_service: ServiceProcess) -> None:
+    """With tokens set, /mcp answers an MCP initialize for a valid token and 401 without one."""
+    assert shared_service.url is not None
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    headers = {"accept": "application/json, text/event-stream"}
+    with httpx.Client(base_url=shared_service.url, timeout=30) as raw:
+        assert raw.post("/mcp", json=initialize, headers=headers).status_code == 401
+        answer = raw.post("/mcp", json=initialize, headers={**headers, "authorization": f"Bearer {TOKEN_A}"})
+        assert answer.status_code == 200, answer.text
+        assert "serverInfo" in answer.text
+
+
+def test_a_slow_client_never_blocks_the_command(shared_service: ServiceProcess) -> None:
+    """A client that reads nothing while 64 MiB stream out does not hold the command or the session: the command
+    ends, another command runs, and the late reader gets a dropped note and a result counting every byte."""
+    size = 64 * 1024 * 1024
+    with shared_service.client() as client, shared_service.client() as other:
+        session = client.create_session().id
+        with client.stream_exec(session, f"head -c {size} /dev/zero") as events:
+            deadline = time.monotonic() + 120
+            while other.health().running and time.monotonic() < deadline:
+                assert other.exec(session, "echo alongside").stdout == b"alongside\n"
+            assert other.health().running == 0
+            seen = list(events)
+        dropped = sum(e.bytes for e in seen if e.kind == "dropped")
+        streamed = sum(len(e.data) for e in seen if e.kind == "chunk")
+        result = seen[-1].result
+        assert dropped > 0 and streamed + dropped == size
+        assert result.run is not None and result.run.stream_bytes["stdout"] == size
+        assert not result.stdout_whole
+
+
+def test_a_session_removed_behind_the_service_is_let_go(shared_service: ServiceProcess) -> None:
+    """A held session stopped by someone else gives one sandbox_lost result, then "not found"."""
+    import subprocess
+    import sys
+
+    with shared_service.client() as client:
+        name = new_name()
+        client.create_session(name=name)
+        assert client.exec(name, "true").outcome == "completed"
+        subprocess.run(
+            [sys.executable, "-m", "executor.cli", "session", "stop", name],
+            env=shared_service.env,
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        lost = client.exec(name, "true")
+        assert lost.outcome == "error" and lost.run is not None and lost.run.cause == "sandbox_lost"
+        with pytest.raises(SessionNotFound):
+            client.exec(name, "true")

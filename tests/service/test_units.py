@@ -1,0 +1,208 @@
+"""The service's pure parts and its settings: live-stream bounds, raw-stream bounds, metrics text, the OpenAPI
+document, the client's import footprint and error mapping, and the ``service`` settings section."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import trio
+from openapi_spec_validator import validate
+
+from executor.artifacts import tee_captures
+from executor.artifacts.store import ArtifactStore
+from executor.client import Client, _exception
+from executor.config import ServiceSettings, load_settings
+from executor.errors import ConfigError, ExecutorError, ServiceUnavailable, SessionNotFound
+from executor.service.core import LiveStream, Metrics, RawStreams, owns
+from executor.service.openapi import openapi_document
+from executor.service.wire import ChunkEvent, DroppedEvent, ErrorEvent, ErrorInfo
+from executor.session.pool import PoolStats
+
+
+async def test_live_stream_drops_past_its_bound_and_says_how_much() -> None:
+    """A client that does not read loses chunks past service.stream_buffer_bytes; a dropped event counts them."""
+    live = LiveStream(limit=8)
+    live.chunk("stdout", b"12345")
+    live.chunk("stdout", b"67890")  # over the bound: dropped
+    live.chunk("stderr", b"e")  # each stream has its own bound
+    live.chunk("stdout", b"abc")
+    live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message="end")))
+    events = [event async for event in live.events()]
+    assert events[0] == ChunkEvent(stream="stdout", data=b"12345")
+    assert events[1] == ChunkEvent(stream="stderr", data=b"e")
+    assert events[2] == DroppedEvent(stream="stdout", bytes=5)
+    assert events[3] == ChunkEvent(stream="stdout", data=b"abc")
+    assert isinstance(events[-1], ErrorEvent)
+
+
+async def test_live_stream_delivers_as_it_arrives_and_a_detached_one_keeps_nothing() -> None:
+    """A waiting reader wakes for each chunk; after detach nothing is queued."""
+    live = LiveStream(limit=1024)
+    got: list[bytes] = []
+
+    async def read() -> None:
+        async for event in live.events():
+            if isinstance(event, ChunkEvent):
+                got.append(event.data)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        live.chunk("stdout", b"one")
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [b"one"]
+        live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message="end")))
+    other = LiveStream(limit=1024)
+    other.detach()
+    other.chunk("stdout", b"x")
+    assert other.detached and not other._events
+
+
+def test_raw_streams_keep_the_head_and_say_whether_whole() -> None:
+    """service.result_stream_max_bytes bounds the raw streams from their first byte."""
+    raw = RawStreams(limit=4)
+    raw.add("stdout", b"ab")
+    raw.add("stdout", b"cdef")
+    raw.add("stderr", b"x")
+    raw.add("other", b"ignored")
+    assert raw.get("stdout") == (b"abcd", False)
+    assert raw.get("stderr") == (b"x", True)
+
+
+def test_metrics_text_counts_outcomes_and_buckets() -> None:
+    """Commands by outcome and a cumulative latency histogram, in the Prometheus text format."""
+    metrics = Metrics()
+    metrics.command("completed", 0.02)
+    metrics.command("failed", 3.0)
+    pool = PoolStats(
+        profile="default",
+        size=2,
+        ready=1,
+        creating=1,
+        waiting=0,
+        max_creating_seen=1,
+        created=2,
+        claimed=1,
+        retired=0,
+        failures=0,
+    )
+    text = metrics.render(sessions=2, running=1, approvals=0, draining=False, pools=[pool])
+    assert 'executor_commands_total{outcome="completed"} 1' in text
+    assert 'executor_command_seconds_bucket{le="0.025"} 1' in text
+    assert 'executor_command_seconds_bucket{le="+Inf"} 2' in text
+    assert "executor_sessions 2" in text and 'executor_pool_warm_sessions{profile="default"} 1' in text
+    assert 'executor_pool_creating_sessions{profile="default"} 1' in text
+
+
+def test_owner_rules() -> None:
+    """The unix socket's caller owns everything; a token owns only its own (an unowned session is not a token's)."""
+    assert owns("mcp-a", None) and owns(None, None)
+    assert owns("mcp-a", "mcp-a")
+    assert not owns("mcp-a", "mcp-b") and not owns(None, "mcp-a")
+
+
+def test_openapi_document_is_valid() -> None:
+    """The generated document passes the OpenAPI 3.1 validator and names every route."""
+    document = openapi_document("0")
+    validate(document)
+    assert {"/v1/sessions", "/v1/approvals", "/v1/metrics", "/v1/sessions/{session}/files"} <= set(document["paths"])
+
+
+def test_tee_sees_every_chunk_and_the_artifact_id(tmp_path: object) -> None:
+    """A tee registered for a kind sees the chunks of that kind's captures after they are stored, and its id."""
+    from pathlib import Path
+
+    settings = load_settings(overrides={"home": str(tmp_path)})
+    store = ArtifactStore.open(Path(str(tmp_path)), settings.artifacts)
+    try:
+        session = store.session("s-0123456789ab")
+        seen: list[tuple[str, bytes]] = []
+        ids: list[str] = []
+        with tee_captures(lambda s, d: seen.append((s, d)), kind="bash", on_begin=ids.append):
+            capture = session.begin(kind="bash", streams=("stdout", "stderr"))
+            other = session.begin(kind="task", streams=("stdout",))
+            capture.feed("stdout", b"hi")
+            other.feed("stdout", b"not teed")
+        capture.finish(status="ok")
+        other.finish(status="ok")
+        assert seen == [("stdout", b"hi")] and ids == [capture.artifact_id]
+    finally:
+        store.close()
+
+
+def test_client_imports_neither_trio_nor_docker() -> None:
+    """Importing executor.client loads no trio, docker or engine-side module."""
+    code = (
+        "import sys, executor.client; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('trio', 'docker') "
+        "or m.startswith(('executor.session', 'executor.sandbox', 'executor.mcp'))]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_client_maps_errors_to_the_executors_tree() -> None:
+    """A named error becomes that class; an unknown name the root; a closed socket ServiceUnavailable."""
+    assert type(_exception("SessionNotFound", "x")) is SessionNotFound
+    assert type(_exception("NoSuchThing", "x")) is ExecutorError
+    assert type(_exception("Exception", "x")) is ExecutorError
+    with (
+        Client(socket="/nonexistent/service.sock") as client,
+        pytest.raises(ServiceUnavailable, match="executor serve"),
+    ):
+        client.health()
+
+
+def test_service_settings_defaults() -> None:
+    """Defaults: socket under the home, no TCP, loopback, bounded bodies and streams, a grace period."""
+    section = load_settings().service
+    assert section.socket is None and section.tcp is False and section.host == "127.0.0.1"
+    assert section.tokens == () and section.max_request_bytes == 64 * 1024**2
+    assert section.stream_buffer_bytes == 4 * 1024**2 and section.result_stream_max_bytes == 1024**2
+    assert section.approval_timeout_s == 600.0 and section.session_idle_s == 3600.0
+    assert section.shutdown_grace_s == 30.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"tokens": ["short"]}, "at least 16 characters"),
+        ({"port": 70000}, "port"),
+        ({"max_request_bytes": 10}, "max_request_bytes"),
+        ({"approval_timeout_s": 0}, "approval_timeout_s"),
+        ({"session_idle_s": -1}, "session_idle_s"),
+        ({"shutdown_grace_s": 100000}, "shutdown_grace_s"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+def test_service_settings_rejected_at_load(overrides: dict[str, object], needle: str) -> None:
+    """Bad service settings fail at load, naming the field."""
+    with pytest.raises(ConfigError, match=needle):
+        load_settings(overrides={"service": overrides})
+
+
+def test_service_settings_accept_sizes_and_none() -> None:
+    """Sizes take units; the idle limit may be none."""
+    section = ServiceSettings(max_request_bytes="1m", session_idle_s=None)
+    assert section.max_request_bytes == 1024**2 and section.session_idle_s is None
+
+
+async def test_live_stream_merges_chunks_a_slow_reader_has_not_taken() -> None:
+    """Chunks of one stream queued behind a reader come out as one event, in order, with nothing lost."""
+    live = LiveStream(limit=1024)
+    for part in (b"a", b"b", b"c"):
+        live.chunk("stdout", part)
+    live.chunk("stderr", b"x")
+    live.chunk("stdout", b"d")
+    live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message="end")))
+    chunks = [(e.stream, e.data) async for e in live.events() if isinstance(e, ChunkEvent)]
+    assert chunks == [("stdout", b"abc"), ("stderr", b"x"), ("stdout", b"d")]
+
+
+def test_client_splits_ndjson_on_bytes() -> None:
+    """Lines split across reads are joined; several lines in one read come out in order."""
+    from executor.client import _lines
+
+    assert list(_lines(iter([b'{"a":', b'1}\n{"b":2}\n{', b'"c":3}\n']))) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
