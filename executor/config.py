@@ -53,6 +53,7 @@ __all__ = [
     "load_settings",
     "parse_bytes",
     "parse_toml",
+    "plain_validation_message",
     "read_toml",
     "read_toml_bytes",
     "settings_table",
@@ -798,7 +799,7 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     return layer
 
 
-def _plain_message(message: str) -> str:
+def plain_validation_message(message: str) -> str:
     """Pydantic prefixes a validator's own words with ``Value error, ``; the reader needs only the words."""
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):
@@ -810,7 +811,7 @@ def _format_validation(error: ValidationError, origin: str) -> str:
     lines = [f"{origin}: {error.error_count()} invalid setting(s):"]
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = _plain_message(item["msg"])
+        message = plain_validation_message(item["msg"])
         if item["type"] == "extra_forbidden":
             message = "unknown setting; check the spelling against 'executor config show'"
         lines.append(f"  {where}: {message}")

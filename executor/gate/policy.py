@@ -74,7 +74,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from executor.config import GateSettings, Profile, parse_toml, read_toml_bytes
+from executor.config import GateSettings, Profile, parse_toml, plain_validation_message, read_toml_bytes
 from executor.errors import ConfigError
 from executor.gate.decision import strictest
 from executor.gate.env import ENV_CLASSES, EnvClass, classify_env, split_assignment
@@ -519,8 +519,7 @@ def _rule_line(text: str, table: str, index: int) -> int:
 
 def _describe_problem(path: Path, text: str, data: object, loc: tuple[int | str, ...], message: str) -> str:
     """One validation problem, naming the rule by its name and the file line of its table, not by an index."""
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
+    message = plain_validation_message(message)
     if message == "Extra inputs are not permitted":
         message = f"unknown field {loc[-1]!r}; rule fields are name, decision, justification, examples and the matchers"
     if len(loc) >= 2 and loc[0] in ("command", "path", "env") and isinstance(loc[1], int) and isinstance(data, dict):
