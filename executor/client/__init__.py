@@ -21,20 +21,21 @@ This package imports neither trio nor docker (a test checks it)::
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import tarfile
+import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
+import anyio
+import anyio.to_thread
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import executor.errors as _errors
-from executor.errors import ExecutorError, ServiceUnavailable
+from executor.errors import ExecutorError, PathRejected, ServiceUnavailable
 from executor.service.wire import (
     ApprovalAnswer,
     ApprovalView,
@@ -54,6 +55,7 @@ from executor.service.wire import (
     TaskView,
     WriteRequest,
 )
+from executor.tools.archive import ArchiveStats, TarPacker, extract_tar
 
 __all__ = [
     "AsyncClient",
@@ -109,30 +111,23 @@ def _parse(model: type[M], body: bytes) -> M:
     return model.model_validate_json(body)
 
 
-def _tar_of(source: Path) -> bytes:
-    """A tar of ``source`` (a folder's contents, or one file) with neutral ownership."""
-    buffer = io.BytesIO()
-
-    def neutral(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        return info
-
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        if source.is_dir():
-            for child in sorted(source.iterdir()):
-                tar.add(child, arcname=child.name, filter=neutral)
-        else:
-            tar.add(source, arcname=source.name, filter=neutral)
-    return buffer.getvalue()
+def _packer(source: str | os.PathLike[str], contents: bool) -> TarPacker:
+    path = Path(source)
+    if not path.exists() and not path.is_symlink():
+        raise PathRejected(f"no such file or folder on this host: {path}")
+    return TarPacker(path, contents=contents)
 
 
-def _untar(data: bytes, dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        # The "data" filter refuses absolute paths, links out of dest, devices and setuid bits: the archive came
-        # from the sandbox and is untrusted.
-        tar.extractall(dest, filter="data")
+def _cut(where: str, exc: Exception) -> ExecutorError:
+    return ExecutorError(
+        f"the download from {where} was cut short ({type(exc).__name__}): the service stopped it (too large, the "
+        "tar failed, or it shut down; its log says which) or went away"
+    )
+
+
+def _check_tar_response(response: httpx.Response) -> None:
+    if response.headers.get("content-type", "").split(";")[0] != "application/x-tar":
+        raise ExecutorError(f"the service answered {response.status_code} without an archive")
 
 
 def _final(events: list[Any]) -> ExecResult:
@@ -404,21 +399,70 @@ class Client:
         body = WriteRequest(path=path, content=data, parents=parents, mode=mode).model_dump_json()
         return _parse(Result, self._call("POST", _Requests.session(session, "/write"), content=body))
 
-    def upload(self, session: str, source: str | os.PathLike[str], dest: str) -> ExecResult:
-        """Copy a local file or folder's contents into folder ``dest`` of the session (a gated tar unpack)."""
-        data = _tar_of(Path(source))
+    def upload(self, session: str, source: str | os.PathLike[str], dest: str, *, contents: bool = True) -> ExecResult:
+        """Copy a local file or folder into folder ``dest`` of the session (a gated tar unpack), streamed: memory
+        stays flat whatever the size (the service bounds it: ``service.max_request_bytes``).
+
+        Args:
+            contents: a folder's contents land in ``dest``; False: the folder itself, under its own name.
+
+        Raises:
+            PathRejected: ``source`` does not exist.
+            ContentRejected: ``source`` holds something other than files, folders and symlinks.
+        """
+        packer = _packer(source, contents)
         path = _Requests.session(session, "/files")
-        return _parse(ExecResult, self._call("PUT", path, params={"path": dest}, content=data))
+        return _parse(ExecResult, self._call("PUT", path, params={"path": dest}, content=iter(packer)))
+
+    @contextmanager
+    def download_stream(self, session: str, path: str) -> Iterator[Iterator[bytes]]:
+        """A tar of ``path`` (a file or folder, under its own name) as it is produced, in chunks.
+
+        Raises:
+            ExecutorError: refused, denied, a missing path or too large (``service.download_max_bytes``) before the
+                stream starts; cut short after it started (iterating raises).
+        """
+        _check_socket(self._uds, self._where)
+        timeout = httpx.Timeout(self._timeout, read=None)
+        params = {"path": path}
+        try:
+            with self._http.stream("GET", _Requests.session(session, "/files"), params=params, timeout=timeout) as got:
+                if got.status_code >= 400:
+                    _raise_for(got, got.read())
+                _check_tar_response(got)
+
+                def chunks() -> Iterator[bytes]:
+                    try:
+                        yield from got.iter_raw()
+                    except httpx.TransportError as exc:
+                        raise _cut(self._where, exc) from exc
+
+                yield chunks()
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"no executor service answers at {self._where}: start one with `executor serve`"
+            ) from exc
 
     def download_tar(self, session: str, path: str) -> bytes:
-        """A tar of ``path`` (a file or folder) in the session (a gated tar pack)."""
-        return self._call("GET", _Requests.session(session, "/files"), params={"path": path})
+        """A tar of ``path`` (a file or folder) in the session (a gated tar pack), whole in memory: prefer
+        :meth:`download` or :meth:`download_stream` for large folders."""
+        with self.download_stream(session, path) as chunks:
+            return b"".join(chunks)
 
-    def download(self, session: str, path: str, dest: str | os.PathLike[str]) -> None:
-        """Copy ``path`` from the session into local folder ``dest`` (links out of it and devices are refused)."""
-        _untar(self.download_tar(session, path), Path(dest))
+    def download(self, session: str, path: str, dest: str | os.PathLike[str]) -> ArchiveStats:
+        """Copy ``path`` from the session into local folder ``dest``, streamed through a temporary file (memory
+        stays flat); every member is checked before anything is written (links out of ``dest``, absolute paths
+        and devices are refused), and ownership is never taken from the archive.
 
-    # -- output ----------------------------------------------------------------------------------------------
+        Raises:
+            UnsafeTarget: the archive would write outside ``dest``; nothing was written.
+        """
+        with tempfile.TemporaryFile() as spool:
+            with self.download_stream(session, path) as chunks:
+                for chunk in chunks:
+                    spool.write(chunk)
+            spool.seek(0)
+            return extract_tar(spool, Path(dest))
 
     def read_output(
         self,
@@ -715,19 +759,64 @@ class AsyncClient:
         body = WriteRequest(path=path, content=data, parents=parents, mode=mode).model_dump_json()
         return _parse(Result, await self._call("POST", _Requests.session(session, "/write"), content=body))
 
-    async def upload(self, session: str, source: str | os.PathLike[str], dest: str) -> ExecResult:
+    async def upload(
+        self, session: str, source: str | os.PathLike[str], dest: str, *, contents: bool = True
+    ) -> ExecResult:
         """See :meth:`Client.upload`."""
-        data = _tar_of(Path(source))
+        packer = iter(_packer(source, contents))
+
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                chunk = await anyio.to_thread.run_sync(next, packer, None)
+                if chunk is None:
+                    return
+                yield chunk
+
         path = _Requests.session(session, "/files")
-        return _parse(ExecResult, await self._call("PUT", path, params={"path": dest}, content=data))
+        return _parse(ExecResult, await self._call("PUT", path, params={"path": dest}, content=body()))
+
+    @asynccontextmanager
+    async def download_stream(self, session: str, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """See :meth:`Client.download_stream`."""
+        _check_socket(self._uds, self._where)
+        timeout = httpx.Timeout(self._timeout, read=None)
+        params = {"path": path}
+        url = _Requests.session(session, "/files")
+        try:
+            async with self._http.stream("GET", url, params=params, timeout=timeout) as got:
+                if got.status_code >= 400:
+                    _raise_for(got, await got.aread())
+                _check_tar_response(got)
+
+                async def chunks() -> AsyncIterator[bytes]:
+                    try:
+                        async for chunk in got.aiter_raw():
+                            yield chunk
+                    except httpx.TransportError as exc:
+                        raise _cut(self._where, exc) from exc
+
+                yield chunks()
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"no executor service answers at {self._where}: start one with `executor serve`"
+            ) from exc
 
     async def download_tar(self, session: str, path: str) -> bytes:
         """See :meth:`Client.download_tar`."""
-        return await self._call("GET", _Requests.session(session, "/files"), params={"path": path})
+        parts: list[bytes] = []
+        async with self.download_stream(session, path) as chunks:
+            async for chunk in chunks:
+                parts.append(chunk)
+        return b"".join(parts)
 
-    async def download(self, session: str, path: str, dest: str | os.PathLike[str]) -> None:
+    async def download(self, session: str, path: str, dest: str | os.PathLike[str]) -> ArchiveStats:
         """See :meth:`Client.download`."""
-        _untar(await self.download_tar(session, path), Path(dest))
+        with tempfile.TemporaryFile() as spool:
+            async with self.download_stream(session, path) as chunks:
+                async for chunk in chunks:
+                    await anyio.to_thread.run_sync(spool.write, chunk)
+            spool.seek(0)
+            return await anyio.to_thread.run_sync(extract_tar, spool, Path(dest))
 
     async def read_output(
         self,

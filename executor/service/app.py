@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
+import trio
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -48,6 +49,7 @@ from executor.errors import (
 )
 from executor.mcp.server import owner_for_token
 from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, owns
+from executor.service.files import Spool
 from executor.service.openapi import openapi_document
 from executor.service.wire import (
     ApprovalAnswer,
@@ -72,6 +74,7 @@ from executor.service.wire import (
     WriteRequest,
 )
 from executor.session import ToolResult
+from executor.tools.archive import pack_command, unpack_command
 from executor.tools.bash import build_run_spec
 
 __all__ = ["build_app"]
@@ -371,32 +374,96 @@ class _Api:
         query = self.query(request, FilesQuery)
         held = await self.held(request)
         data = await self.body(request)
-        dest = shlex.quote(query.path)
         # Unpacked by tar inside the container, as the session user: the sandbox is the boundary, and the action is
         # gated like any command, bound to the archive's hash (its stdin).
-        command = f"mkdir -p -- {dest} && tar -x --no-same-owner --no-same-permissions -C {dest} -f -"
-        result, raw = await self._gated_bash(held, self.owner(request), command, stdin=data)
+        result, raw = await self._gated_bash(held, self.owner(request), unpack_command(query.path), stdin=data)
         return _json(_exec_result(result, raw))
 
     async def download(self, request: Request) -> Response:
         query = self.query(request, FilesQuery)
         held = await self.held(request)
-        path = query.path.rstrip("/") or "/"
-        parent, name = posixpath.split(path)
-        command = f"tar -c -C {shlex.quote(parent or '.')} -f - -- {shlex.quote(name or '.')}"
-        result, raw = await self._gated_bash(held, self.owner(request), command)
-        data, whole = raw.get("stdout")
-        if result.outcome != "completed":
-            return _json(_exec_result(result, raw), status=409)
-        if not whole:
-            raise _HttpError(
-                413,
-                "RequestTooLarge",
-                f"the archive is above {self.svc.download_max_bytes} bytes (service.download_max_bytes); "
-                "download a smaller folder",
-            )
-        headers = {"x-executor-artifact": result.artifact_id or ""}
-        return Response(data, media_type="application/x-tar", headers=headers)
+        owner = self.owner(request)
+        limit = self.svc.download_max_bytes
+        scope = trio.CancelScope()
+        spool = Spool(
+            limit=limit,
+            memory=self.svc.stream_buffer_bytes,
+            directory=self.service.settings.home / "tmp",
+            on_overflow=scope.cancel,
+        )
+        handler = self.service.approval_handler(held.session.id, owner)
+        artifacts: list[str] = []
+        box: dict[str, Any] = {}
+        errors = RawStreams(self.svc.result_stream_max_bytes)
+
+        def tee(stream: str, data: bytes) -> None:
+            if stream == "stdout":
+                spool.add(stream, data)
+            else:
+                errors.add(stream, data)
+
+        async def job() -> None:
+            started = time.monotonic()
+            try:
+                with scope:
+                    async with self.service.using(held):
+                        with tee_captures(tee, kind="bash", on_begin=artifacts.append):
+                            result = await held.session.bash(pack_command(query.path), approval_handler=handler)
+                    box["result"] = result
+                    self.service.metrics.command(result.outcome, time.monotonic() - started)
+                    if result.run is not None and result.run.cause == "sandbox_lost":
+                        self.service.release(held)
+            except Exception as exc:
+                box["error"] = exc
+            finally:
+                spool.close()
+
+        self.service.spawn(job)
+        too_large = _HttpError(
+            413,
+            "RequestTooLarge",
+            f"the archive is above {limit} bytes (service.download_max_bytes); download a smaller folder",
+        )
+        try:
+            # Errors found early (refused, denied, a missing path, too large) are still a status and a JSON body;
+            # past the first bytes the stream is on its way and a failure cuts it short.
+            await spool.wait_for(_DOWNLOAD_HEAD_BYTES)
+        except BaseException:
+            scope.cancel()
+            spool.discard()
+            raise
+        if spool.closed or spool.overflow:
+            await spool.wait_closed()
+            early: ToolResult | None = box.get("result")
+            if "error" in box or spool.overflow or early is None or early.outcome != "completed":
+                spool.discard()
+            if "error" in box:
+                raise box["error"]
+            if spool.overflow:
+                raise too_large
+            if early is None:
+                raise ExecutorError("the service cancelled this download while shutting down")
+            if early.outcome != "completed":
+                raise _HttpConflict(_exec_result(early, errors))
+
+        async def body() -> AsyncIterator[bytes]:
+            finished = False
+            try:
+                async for chunk in spool.chunks():
+                    yield chunk
+                finished = True
+            finally:
+                if not finished:
+                    scope.cancel()  # the client went away: stop tar
+            late: ToolResult | None = box.get("result")
+            if spool.overflow or late is None or late.outcome != "completed":
+                why = "it grew past service.download_max_bytes" if spool.overflow else _why(late, box.get("error"))
+                logger.warning("download of %s cut short: %s", query.path, why)
+                # The response has started: cutting the connection (no final chunk) is how the client learns it.
+                raise _DownloadCut(f"the download of {query.path} was cut short: {why}")
+
+        headers = {"x-executor-artifact": artifacts[-1] if artifacts else ""}
+        return StreamingResponse(body(), media_type="application/x-tar", headers=headers)
 
     # -- output ------------------------------------------------------------------------------------------------
 
@@ -510,6 +577,28 @@ class _Api:
         return Response(status_code=204)
 
 
+_DOWNLOAD_HEAD_BYTES: Final = 64 * 1024
+"""A download whose tar fails or is refused within this many bytes still answers with a status and JSON."""
+
+
+class _DownloadCut(Exception):
+    """A download failed after its response started."""
+
+
+class _HttpConflict(Exception):
+    def __init__(self, result: ExecResult) -> None:
+        super().__init__(result.text)
+        self.result = result
+
+
+def _why(result: ToolResult | None, error: object) -> str:
+    if error is not None:
+        return f"{type(error).__name__}: {error}"
+    if result is None:
+        return "the service is shutting down"
+    return f"tar ended {result.outcome} (exit {result.exit_code}); see artifact {result.artifact_id}"
+
+
 async def _sleep(seconds: float) -> None:
     import anyio  # starlette's own loop abstraction; the service runs it on trio
 
@@ -565,6 +654,8 @@ def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Reque
             return await handler(request)
         except _HttpError as exc:
             return _error(exc.status, exc.type, str(exc))
+        except _HttpConflict as exc:
+            return _json(exc.result, status=409)
         except ExecutorError as exc:
             return _error(_status_of(exc), type(exc).__name__, str(exc))
         except Exception as exc:

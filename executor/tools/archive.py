@@ -1,0 +1,174 @@
+"""Files and folders moved between the host and a session as tar streams (``executor cp``, the service's
+``/v1/sessions/{s}/files``): the two bash commands that unpack and pack them inside the session, and the host side
+(a streaming packer and a checked unpacker).
+
+Inside the session, tar runs as the session user, gated like any command (an upload is bound to its archive's
+hash, its stdin): the sandbox is the boundary there. On the host the archive is untrusted (it came out of the
+sandbox): :func:`extract_tar` checks every member before it writes anything, refuses absolute paths, ``..``,
+links that leave the destination, devices and setuid bits (tarfile's ``data`` filter, applied again while
+extracting so that a link made by an earlier member cannot be followed), and never takes ownership from it.
+
+Stdlib only (no trio, no pydantic): the thin CLI uses it too.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shlex
+import stat
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Final
+
+from executor.errors import ContentRejected, UnsafeTarget
+
+__all__ = ["ArchiveStats", "TarPacker", "extract_tar", "pack_command", "unpack_command"]
+
+_BLOCK: Final = 512
+_CHUNK: Final = 1024 * 1024
+
+
+def unpack_command(dest: str) -> str:
+    """The bash command that unpacks a tar read from stdin into folder ``dest`` (made if missing).
+
+    Ownership is never taken from the archive; modes are kept as the session's umask allows.
+    """
+    quoted = shlex.quote(dest)
+    return f"mkdir -p -- {quoted} && tar -x --no-same-owner --no-same-permissions -C {quoted} -f -"
+
+
+def pack_command(path: str) -> str:
+    """The bash command that writes a tar of ``path`` (a file or a folder, under its own name) to stdout."""
+    parent, name = posixpath.split(path.rstrip("/") or "/")
+    return f"tar -c -C {shlex.quote(parent or '.')} -f - -- {shlex.quote(name or '.')}"
+
+
+class ArchiveStats:
+    """What a pack or an unpack moved: entries (files, folders, links) and the bytes of regular files."""
+
+    def __init__(self) -> None:
+        self.files = 0
+        """Regular files."""
+        self.entries = 0
+        """Every member (files, folders, symlinks)."""
+        self.bytes = 0
+        """Bytes of regular files' content."""
+
+
+class TarPacker:
+    """A tar of a host file or folder, produced in chunks as it is iterated: memory stays flat whatever its size.
+
+    Symlinks are stored as symlinks (never followed), modes and modification times are kept, ownership is neutral
+    (uid/gid 0, no names). FIFOs, sockets and devices are refused.
+
+    Args:
+        source: the file or folder to pack.
+        contents: pack a folder's contents at the archive's root; else the folder (or file) under its own name.
+        limit: most archive bytes; more raises :class:`~executor.errors.ContentRejected` naming ``setting``.
+        setting: the setting that set ``limit``, for the message.
+
+    Raises (while iterating):
+        ContentRejected: the archive grew past ``limit``, or a member is not a file, folder or symlink.
+        OSError: a file could not be read (or shrank while it was read).
+    """
+
+    def __init__(self, source: Path, *, contents: bool = False, limit: int | None = None, setting: str = "") -> None:
+        self._source = source
+        self._contents = contents
+        self._limit = limit
+        self._setting = setting
+        self.stats = ArchiveStats()
+        self.size = 0
+        """Archive bytes produced so far."""
+
+    def _members(self) -> Iterator[tuple[Path, str]]:
+        source = self._source
+        if self._contents and source.is_dir() and not source.is_symlink():
+            roots = [(child, child.name) for child in sorted(source.iterdir())]
+        else:
+            roots = [(source, source.name or "root")]
+        for path, arc in roots:
+            yield path, arc
+            if path.is_dir() and not path.is_symlink():
+                for parent, dirs, files in os.walk(path):
+                    dirs.sort()
+                    rel = os.path.relpath(parent, path)
+                    base = arc if rel == "." else f"{arc}/{rel}"
+                    for name in sorted(dirs + files):
+                        yield Path(parent, name), f"{base}/{name}"
+
+    def _emit(self, data: bytes) -> bytes:
+        self.size += len(data)
+        if self._limit is not None and self.size > self._limit:
+            raise ContentRejected(
+                f"the archive of {self._source} is above {self._limit} bytes ({self._setting}); copy a smaller "
+                "folder or raise the setting"
+            )
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        for path, arc in self._members():
+            st = os.lstat(path)
+            info = tarfile.TarInfo(arc)
+            info.mode = stat.S_IMODE(st.st_mode)
+            info.mtime = int(st.st_mtime)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if stat.S_ISREG(st.st_mode):
+                info.type, info.size = tarfile.REGTYPE, st.st_size
+            elif stat.S_ISDIR(st.st_mode):
+                info.type = tarfile.DIRTYPE
+            elif stat.S_ISLNK(st.st_mode):
+                info.type, info.linkname = tarfile.SYMTYPE, str(path.readlink())
+            else:
+                raise ContentRejected(f"{path} is not a file, folder or symlink; only those are copied")
+            yield self._emit(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+            self.stats.entries += 1
+            if info.type != tarfile.REGTYPE:
+                continue
+            self.stats.files += 1
+            left = info.size
+            with path.open("rb") as handle:
+                while left > 0:
+                    data = handle.read(min(_CHUNK, left))
+                    if not data:
+                        raise OSError(f"{path} shrank while it was copied; copy it again")
+                    left -= len(data)
+                    yield self._emit(data)
+            self.stats.bytes += info.size
+            if info.size % _BLOCK:
+                yield self._emit(b"\0" * (_BLOCK - info.size % _BLOCK))
+        yield self._emit(b"\0" * (2 * _BLOCK))
+
+
+def extract_tar(archive: IO[bytes], dest: Path) -> ArchiveStats:
+    """Unpack a seekable tar ``archive`` into folder ``dest`` (made if missing), checked before anything is written.
+
+    Raises:
+        UnsafeTarget: a member would land outside ``dest`` (an absolute path, ``..``, a link leaving ``dest`` or
+            passing through one), or is a device; nothing was written when the first check finds it.
+        ContentRejected: the archive is damaged or truncated.
+    """
+    stats = ArchiveStats()
+    try:
+        with tarfile.open(fileobj=archive, mode="r:") as tar:
+            members = tar.getmembers()
+            root = os.path.realpath(dest)
+            for member in members:
+                # Checked all at once first: a refused archive writes nothing.
+                tarfile.data_filter(member, root)
+            dest.mkdir(parents=True, exist_ok=True)
+            # ... and again while extracting (the filter resolves links that earlier members made on disk).
+            tar.extractall(dest, members=members, filter="data")
+    except tarfile.FilterError as exc:
+        raise UnsafeTarget(f"refused the archive: {exc}; nothing outside {dest} was written") from exc
+    except (tarfile.ReadError, EOFError) as exc:
+        raise ContentRejected(f"the archive is damaged or truncated ({exc})") from exc
+    for member in members:
+        stats.entries += 1
+        if member.isreg():
+            stats.files += 1
+            stats.bytes += member.size
+    return stats
