@@ -20,6 +20,7 @@ from executor.cli import (
     session_cmd,
 )
 from executor.cli._common import CliState, GuardedGroup
+from executor.cli.cp_cmd import cp_command
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
 from executor.cli.write_cmd import write_command
@@ -41,6 +42,7 @@ app.command("mcp")(mcp_cmd.mcp)
 app.command("serve")(serve_cmd.serve)
 app.command("exec")(exec_command)
 app.command("write")(write_command)
+app.command("cp")(cp_command)
 app.add_typer(output_cmd.app, name="output")
 app.add_typer(bg_cmd.app, name="bg")
 app.add_typer(demo_cmd.app, name="demo")

@@ -1,0 +1,194 @@
+"""``executor cp [--session ID|NAME] SRC DEST [--json]``: copy files and folders between the host and a session.
+
+One side is ``SESSION:PATH`` (like ``docker cp``; ``:PATH`` takes the session from ``--session``), the other a host
+path. ``SRC`` (a file or a folder, recursively) lands inside the folder ``DEST`` under its own name (``DEST`` is
+made if missing), both ways: ``executor cp ./src ci:/work`` makes ``/work/src``, ``executor cp ci:/work/out .``
+makes ``./out``. Modes are kept (the session's umask applies inside it; the host drops setuid/setgid/sticky and
+group/other write bits), symlinks are copied as symlinks, and ownership is never taken from the archive. A relative
+``PATH`` is inside the session's workspace. The session must exist (``executor session start`` or ``exec
+--session NAME``).
+
+Inside the session the copy is one gated command, like the service's upload and download: ``tar -x`` reading the
+archive from stdin (bound to the archive's hash) or ``tar -c`` writing it to stdout. On the host the archive that
+comes out of the sandbox is checked before anything is written: absolute paths, ``..``, links that leave ``DEST``,
+and devices are refused and nothing is written.
+
+Bounds: an archive going in is at most ``bash.max_stdin_bytes``; one coming out at most
+``service.download_max_bytes`` (streamed through a temporary file, never held in memory).
+
+Exit codes: ``0`` copied; ``1`` tar failed in the session (a missing path; the message says why); ``2`` bad input
+(a missing host path, a bad ``SESSION:PATH``, both or neither side in a session, an unknown session, an archive
+over its bound, an unsafe archive from the session); ``75`` blocked; ``77`` denied; ``125`` executor failure.
+
+``--json`` prints ``{"outcome": "completed" | "failed" | "blocked" | "denied" | ..., "exit_code", "direction":
+"to_session" | "from_session", "source", "dest", "files", "entries", "bytes", "archive_bytes", "artifact_id",
+"action_id", "text", "session"}``; ``files``/``bytes`` count regular files and their content, ``entries`` every
+member (folders and symlinks too). Failures before a result: ``{"outcome": "error", "error", "exit_code"}``.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+import trio
+import typer
+
+from executor.artifacts import tee_captures
+from executor.cli._common import EXIT_USAGE, emit, fail, state
+from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, run_cli
+from executor.errors import ContentRejected
+from executor.session import SessionAPI, ToolResult
+from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, pack_command, unpack_command
+
+__all__ = ["cp_command", "parse_side"]
+
+_REMOTE: Final = re.compile(r"^([^/:]*):(.*)$")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a copy: a host path, or a path in a session (``session`` None means ``--session``'s)."""
+
+    path: str
+    remote: bool
+    session: str | None = None
+
+
+def parse_side(text: str) -> Side:
+    """``SESSION:PATH`` or ``:PATH`` (a session side), else a host path; a host path with a ``:`` before any ``/``
+    is written ``./a:b``."""
+    match = _REMOTE.match(text)
+    if match is None:
+        return Side(path=text, remote=False)
+    return Side(path=match.group(2), remote=True, session=match.group(1) or None)
+
+
+def _plan(source: str, dest: str, session: str | None, *, json_mode: bool) -> tuple[Side, Side, str]:
+    src, dst = parse_side(source), parse_side(dest)
+    if src.remote == dst.remote:
+        which = "both are" if src.remote else "neither is"
+        fail(
+            f"one side of a copy is SESSION:PATH and the other a host path; {which} (a host path with a ':' before "
+            "any '/' is written ./a:b)",
+            code=EXIT_USAGE,
+            json_mode=json_mode,
+        )
+    remote = src if src.remote else dst
+    if not remote.path:
+        fail(f"no path after the ':' in {source if src.remote else dest!r}", code=EXIT_USAGE, json_mode=json_mode)
+    if "\0" in remote.path:
+        fail("a session path cannot hold a NUL byte", code=EXIT_USAGE, json_mode=json_mode)
+    named = remote.session or session
+    if named is None:
+        fail("which session? write SESSION:PATH, or :PATH with --session", code=EXIT_USAGE, json_mode=json_mode)
+    if remote.session and session and remote.session != session:
+        fail(f"--session {session!r} and {remote.session!r}: are two sessions", code=EXIT_USAGE, json_mode=json_mode)
+    if not src.remote and not Path(src.path).exists() and not Path(src.path).is_symlink():
+        fail(f"no such file or folder on this host: {src.path}", code=EXIT_USAGE, json_mode=json_mode)
+    if not dst.remote and Path(dst.path).exists() and not Path(dst.path).is_dir():
+        fail(f"{dst.path} is not a folder: DEST is the folder SRC is copied into", code=EXIT_USAGE, json_mode=json_mode)
+    return src, dst, named
+
+
+def _exit_code(result: ToolResult) -> int:
+    # tar failing in the session (a missing path) is the copy failing, as cp reports it.
+    return 1 if result.outcome == "failed" else exit_code_of(result)
+
+
+def cp_command(
+    ctx: typer.Context,
+    source: str = typer.Argument(..., metavar="SRC", help="A host path, or SESSION:PATH."),
+    dest: str = typer.Argument(..., metavar="DEST", help="The folder to copy into: a host path, or SESSION:PATH."),
+    session: str | None = typer.Option(None, "--session", help="Session id or name for a :PATH side."),
+) -> None:
+    """Copy a file or folder between the host and a session (into the folder DEST)."""
+    st = state(ctx)
+    json_mode = st.json
+    src, dst, named = _plan(source, dest, session, json_mode=json_mode)
+    settings = st.settings()
+    where = CliSession(json_mode=json_mode, session=named, create=False)
+    handler = interactive_handler()
+    session_id: list[str] = []
+    stats = ArchiveStats()
+    archive_bytes = 0
+
+    if not src.remote:
+        packer = TarPacker(Path(src.path), limit=settings.bash.max_stdin_bytes, setting="bash.max_stdin_bytes")
+        # The session pipeline binds a command to its stdin's hash, so the archive is whole before it is gated.
+        data = b"".join(packer)
+        stats, archive_bytes = packer.stats, packer.size
+
+        async def upload(s: SessionAPI) -> ToolResult:
+            session_id.append(s.id)
+            return await s.bash(unpack_command(dst.path), stdin=data)
+
+        result = run_cli(settings, where, upload, handler=handler)
+    else:
+        limit = settings.service.download_max_bytes
+        with tempfile.TemporaryFile() as spool:
+            sink = _Sink(spool, limit)
+
+            async def download(s: SessionAPI) -> ToolResult:
+                session_id.append(s.id)
+                with sink.scope, tee_captures(sink.add, kind="bash"):
+                    return await s.bash(pack_command(src.path))
+                raise ContentRejected(
+                    f"the archive of {src.path} is above {limit} bytes (service.download_max_bytes); copy a smaller "
+                    "folder or raise the setting"
+                )
+
+            result = run_cli(settings, where, download, handler=handler)
+            archive_bytes = sink.size
+            if result.outcome == "completed":
+                spool.seek(0)
+                stats = extract_tar(spool, Path(dst.path))
+    code = _exit_code(result)
+    into = dst.path if dst.remote else str(Path(dst.path))
+    if result.outcome == "completed":
+        text = f"copied {stats.files} file(s), {stats.bytes} bytes ({stats.entries} entries) into {into}"
+    elif result.outcome == "failed":
+        said = (result.stderr or "").strip() or f"tar exited {result.exit_code}"
+        text = f"the copy failed in the session: {said}\n(artifact {result.artifact_id}: executor output read)"
+    else:
+        text = result.text
+    data_out: dict[str, Any] = {
+        "outcome": result.outcome,
+        "exit_code": code,
+        "direction": "from_session" if src.remote else "to_session",
+        "source": source,
+        "dest": dest,
+        "files": stats.files,
+        "entries": stats.entries,
+        "bytes": stats.bytes,
+        "archive_bytes": archive_bytes,
+        "artifact_id": result.artifact_id,
+        "action_id": result.action_id,
+        "text": text,
+        "session": session_id[0] if session_id else None,
+    }
+    emit(data_out, text, json_mode=json_mode)
+    raise typer.Exit(code)
+
+
+class _Sink:
+    """A capture tee that writes a command's stdout to a file, up to ``limit`` bytes; past it the run is
+    cancelled (its process group killed)."""
+
+    def __init__(self, file: IO[bytes], limit: int) -> None:
+        self._file = file
+        self._limit = limit
+        self.size = 0
+        self.scope = trio.CancelScope()
+
+    def add(self, stream: str, data: bytes) -> None:
+        if stream != "stdout" or self.scope.cancel_called:
+            return
+        if self.size + len(data) > self._limit:
+            self.scope.cancel()
+            return
+        self._file.write(data)
+        self.size += len(data)
