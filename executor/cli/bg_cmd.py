@@ -30,11 +30,14 @@ running); ``75`` blocked and ``77`` denied (``start``: nothing started); ``125``
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Literal
 
+import trio
 import typer
 
-from executor.cli._common import EXIT_USAGE, emit, fail, state
+from executor.cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_USAGE, emit, fail, state
 from executor.cli.exec_cmd import (
     CliSession,
     command_text,
@@ -50,6 +53,9 @@ from executor.session import SessionAPI, TaskInfo, ToolResult
 __all__ = ["app"]
 
 app = typer.Typer(help="Background tasks in a named session: start, read, stop, list.", no_args_is_help=True)
+
+_FOLLOW_POLL_S: Final = 0.1
+"""How often a follower asks for new bytes while the task is quiet."""
 
 _SESSION_HELP = "Session id or name (required: a task outlives this command)."
 
@@ -125,11 +131,16 @@ def read(
     stream: str = typer.Option("stdout", "--stream", help="stdout or stderr."),
     offset: int = typer.Option(0, "--offset", help="Whole-stream byte offset to read from (a read's next_offset)."),
     max_bytes: int = typer.Option(65_536, "--max-bytes", help="Most bytes to read."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Print the stream raw as it comes until the task ends; exit with its code."
+    ),
 ) -> None:
-    """Print a task's output from a byte offset, and where the next read starts."""
+    """Print a task's output from a byte offset, and where the next read starts (or follow it to its end)."""
     st = state(ctx)
     json_mode = st.json
     named = _need_session(session, json_mode=json_mode)
+    if follow and json_mode:
+        fail("--follow prints the raw stream; it cannot be combined with --json", code=EXIT_USAGE, json_mode=True)
     settings = st.settings()
     checked: Literal["stdout", "stderr"]
     if stream == "stdout":
@@ -142,6 +153,15 @@ def read(
         fail("--offset must be at least 0 and --max-bytes at least 1", code=EXIT_USAGE, json_mode=json_mode)
     where = CliSession(json_mode=json_mode, session=named, create=False)
     session_id: list[str] = []
+    if follow:
+        # Pages no longer than the display budget, so that a page's text is all of its bytes.
+        page = min(max_bytes, settings.artifacts.display_max_chars)
+        try:
+            ended = run_cli(settings, where, _follower(task_id, checked, offset, page), handler=None)
+        except KeyboardInterrupt:
+            sys.stderr.write(f"stopped following; task {task_id} goes on (executor bg stop {task_id} stops it)\n")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(_task_code(ended))
 
     async def job(s: SessionAPI) -> ToolResult:
         session_id.append(s.id)
@@ -158,6 +178,58 @@ def read(
         "session": session_id[0],
     }
     emit(data, result.text, json_mode=json_mode)
+
+
+def _task_code(result: RunResult | None) -> int:
+    if result is None:
+        return EXIT_FAILURE
+    if result.cause == "timeout":
+        return EXIT_TIMEOUT
+    return result.display_code
+
+
+def _follower(
+    task_id: str, stream: Literal["stdout", "stderr"], offset: int, page: int
+) -> Callable[[SessionAPI], Awaitable[RunResult | None]]:
+    """A job that prints ``stream`` raw from ``offset`` as it grows, and returns how the task ended."""
+
+    async def follow(s: SessionAPI) -> RunResult | None:
+        out = sys.stdout.buffer
+        at = offset
+        while True:
+            result = await s.read_task(task_id, stream=stream, offset=at, max_bytes=page)
+            data, after, end, running = _page(result)
+            shorter = 1
+            while data is None and shorter < 4 and after - at > shorter:
+                # The page's text is not exactly its bytes (a character cut at the page's end): take fewer bytes.
+                result = await s.read_task(task_id, stream=stream, offset=at, max_bytes=after - at - shorter)
+                data, after, end, running = _page(result)
+                shorter += 1
+            if data is None:
+                # Bytes that are not UTF-8 (the session API returns text): shown replaced.
+                data = ((result.stdout if stream == "stdout" else result.stderr) or "").encode("utf-8")
+            if data:
+                out.write(data)
+                out.flush()
+            if after > at:
+                at = after
+                continue
+            if not running and at >= end:
+                return result.run
+            await trio.sleep(_FOLLOW_POLL_S)
+
+    return follow
+
+
+def _page(result: ToolResult) -> tuple[bytes | None, int, int, bool]:
+    """A read's bytes (None when its text is not exactly them), its next offset, the stream's end, running."""
+    data = result.data or {}
+    begin = int(str(data.get("offset", 0)))
+    after = int(str(data.get("next_offset", begin)))
+    text = (result.stdout if data.get("stream") == "stdout" else result.stderr) or ""
+    raw = text.encode("utf-8")
+    exact = len(raw) == after - begin and "\ufffd" not in text
+    return (raw if exact else None), after, int(str(data.get("end", 0))), bool(data.get("running"))
 
 
 @app.command("stop")
