@@ -1,0 +1,116 @@
+"""The host side of file copies: the streaming packer and the checked unpacker (pure: no engine)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from executor.errors import ContentRejected, UnsafeTarget
+from executor.testing.files import listing, make_tree
+from executor.tools.archive import TarPacker, extract_tar, pack_command, unpack_command
+
+
+def test_pack_then_extract_is_exact(tmp_path: Path) -> None:
+    """A folder packed and unpacked elsewhere has the same names, bytes, modes and symlinks, under its own name."""
+    src = make_tree(tmp_path)
+    packer = TarPacker(src)
+    archive = io.BytesIO(b"".join(packer))
+    stats = extract_tar(archive, tmp_path / "dest")
+    assert listing(tmp_path / "dest" / "src") == listing(src)
+    assert (stats.files, stats.entries, stats.bytes) == (3, 7, 256 * 3000 + 8 + 2)
+    assert (packer.stats.files, packer.stats.bytes) == (stats.files, stats.bytes)
+    archive.seek(0)
+    with tarfile.open(fileobj=archive) as tar:
+        assert {(m.uid, m.gid, m.uname, m.gname) for m in tar.getmembers()} == {(0, 0, "", "")}
+
+
+def test_contents_mode_packs_a_folders_children(tmp_path: Path) -> None:
+    """contents=True puts a folder's children at the archive's root."""
+    src = make_tree(tmp_path)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(TarPacker(src, contents=True)))) as tar:
+        assert {name.split("/")[0] for name in tar.getnames()} == {"sub", "run.sh", "secret", "link"}
+
+
+def test_pack_streams_in_bounded_chunks(tmp_path: Path) -> None:
+    """A large file is produced in chunks of at most 1 MiB, never whole."""
+    big = tmp_path / "big"
+    with big.open("wb") as handle:
+        handle.truncate(5 * 1024 * 1024)
+    sizes = [len(chunk) for chunk in TarPacker(big)]
+    assert max(sizes) <= 1024 * 1024 and sum(sizes) > 5 * 1024 * 1024
+
+
+def test_pack_over_its_limit_is_refused(tmp_path: Path) -> None:
+    """An archive past its limit raises ContentRejected naming the setting."""
+    src = make_tree(tmp_path)
+    with pytest.raises(ContentRejected, match=r"above 4096 bytes \(bash\.max_stdin_bytes\)"):
+        b"".join(TarPacker(src, limit=4096, setting="bash.max_stdin_bytes"))
+
+
+def test_pack_refuses_a_fifo(tmp_path: Path) -> None:
+    """Only files, folders and symlinks are copied."""
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ContentRejected, match="not a file, folder or symlink"):
+        b"".join(TarPacker(tmp_path))
+
+
+def _evil(*members: tuple[str, bytes | None, str | None]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, link in members:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                payload = data or b""
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    buffer.seek(0)
+    return buffer
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("../escaped", b"x", None)],
+        [("ok", b"fine", None), ("up", None, "../../outside")],
+        [("abs", None, "/etc/passwd")],
+        [("ok", b"fine", None), ("dir", None, ".."), ("dir/escaped", b"x", None)],
+    ],
+    ids=["dotdot", "relative-link-out", "absolute-link", "through-a-link"],
+)
+def test_unsafe_archives_write_nothing(tmp_path: Path, members: list[tuple[str, bytes | None, str | None]]) -> None:
+    """An archive with a member or link leaving the destination is refused before anything is written."""
+    dest = tmp_path / "a" / "dest"
+    with pytest.raises(UnsafeTarget, match="refused the archive"):
+        extract_tar(_evil(*members), dest)
+    assert not dest.exists()
+    assert list(tmp_path.rglob("*")) == []
+
+
+def test_absolute_names_land_inside_the_destination(tmp_path: Path) -> None:
+    """A member named by an absolute path is written under the destination, never at that path."""
+    extract_tar(_evil(("/abs/inside", b"x", None)), tmp_path / "dest")
+    assert (tmp_path / "dest" / "abs" / "inside").read_bytes() == b"x"
+
+
+def test_a_truncated_archive_is_refused(tmp_path: Path) -> None:
+    """A cut archive is ContentRejected, not a traceback."""
+    whole = _evil(("f", b"y" * 5000, None)).getvalue()
+    with pytest.raises(ContentRejected, match="damaged or truncated"):
+        extract_tar(io.BytesIO(whole[:1500]), tmp_path / "d")
+
+
+def test_commands_quote_their_paths() -> None:
+    """The in-session commands quote paths and pack a path under its own name."""
+    assert unpack_command("my dir") == (
+        "mkdir -p -- 'my dir' && tar -x --no-same-owner --no-same-permissions -C 'my dir' -f -"
+    )
+    assert pack_command("/work/out/") == "tar -c -C /work -f - -- out"
+    assert pack_command("out") == "tar -c -C . -f - -- out"
+    assert pack_command("/") == "tar -c -C / -f - -- ."
