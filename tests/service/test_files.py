@@ -19,8 +19,6 @@ from executor.service.files import Spool
 from executor.testing.files import listing, make_tree
 from tests.service.conftest import ServiceProcess
 
-docker = [pytest.mark.docker, pytest.mark.timeout(300)]
-
 
 async def test_spool_keeps_every_byte_in_order_with_bounded_memory(tmp_path: Path) -> None:
     """A reader far behind the producer gets every byte in order; memory never holds more than its bound and

@@ -1,0 +1,95 @@
+"""`executor cp` end to end (in-process CLI, real engine): folders both ways, unsafe archives, bounds, bad input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from executor.cli.cp_cmd import parse_side
+from executor.testing.cli import cli, named_session
+from executor.testing.files import listing, make_tree
+
+
+def test_sides_parse_like_docker_cp() -> None:
+    """NAME:PATH and :PATH are session sides; a path with a '/' before any ':' is a host path."""
+    side = parse_side("ci:/work/x")
+    assert (side.remote, side.session, side.path) == (True, "ci", "/work/x")
+    side = parse_side(":out")
+    assert (side.remote, side.session, side.path) == (True, None, "out")
+    assert not parse_side("./a:b").remote
+    assert not parse_side("/tmp/a:b").remote
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["a", "b"], "neither is"),
+        (["s:a", "t:b"], "both are"),
+        (["/no/such/path", "s:x"], "no such file or folder on this host"),
+        ([":x", "out"], "which session"),
+        (["s:", "out"], "no path after"),
+    ],
+)
+def test_bad_sides_exit_2(home: Path, args: list[str], message: str) -> None:
+    """Malformed sides and a missing host path exit 2 with one line, under --json too."""
+    ran = cli(home, "cp", *args)
+    assert ran.code == 2 and message in ran.stderr and "Traceback" not in ran.stderr
+    as_json = cli(home, "--json", "cp", *args).json()
+    assert as_json["exit_code"] == 2 and message in as_json["error"]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(240)
+def test_a_folder_goes_in_and_comes_back_exact(home: Path, tmp_path: Path) -> None:
+    """A folder with nested files, modes and a symlink copies in and back out byte for byte, modes and link kept."""
+    src = make_tree(tmp_path)
+    with named_session(home) as name:
+        assert cli(home, "exec", "--session", name, "--", "true").code == 0
+        put = cli(home, "--json", "cp", str(src), f"{name}:in")
+        assert put.code == 0, put.stdout + put.stderr
+        data = put.json()
+        assert data["outcome"] == "completed" and data["direction"] == "to_session"
+        assert (data["files"], data["bytes"], data["entries"]) == (3, 256 * 3000 + 8 + 2, 7)
+        assert data["artifact_id"] and data["session"].startswith("s-")
+        modes = cli(home, "exec", "--session", name, "--", "stat -c '%a %n' in/src/run.sh in/src/secret")
+        assert "750 in/src/run.sh" in modes.stdout and "600 in/src/secret" in modes.stdout
+        back = cli(home, "--json", "cp", "--session", name, ":in/src", str(tmp_path / "back"))
+        assert back.code == 0, back.stdout + back.stderr
+        assert back.json()["direction"] == "from_session" and back.json()["files"] == 3
+        assert listing(tmp_path / "back" / "src") == listing(src)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(240)
+def test_unsafe_archive_missing_path_and_bounds(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder holding a link out of it is refused (exit 2, nothing written); a missing session path is exit 1;
+    archives past bash.max_stdin_bytes (in) and service.download_max_bytes (out) are exit 2 naming the setting."""
+    with named_session(home) as name:
+        made = cli(
+            home,
+            "exec",
+            "--session",
+            name,
+            "--",
+            "mkdir -p evil big && ln -s /etc evil/etc && head -c 20000 /dev/urandom > big/noise",
+        )
+        assert made.code == 0, made.stderr
+        refused = cli(home, "cp", f"{name}:evil", str(tmp_path / "dest"))
+        assert refused.code == 2 and "refused the archive" in refused.stderr
+        assert not (tmp_path / "dest").exists()
+
+        missing = cli(home, "--json", "cp", f"{name}:nope", str(tmp_path / "dest"))
+        assert missing.code == 1 and "Cannot stat" in missing.json()["text"]
+        assert missing.json()["outcome"] == "failed"
+
+        monkeypatch.setenv("EXECUTOR_SERVICE__DOWNLOAD_MAX_BYTES", "8192")
+        monkeypatch.setenv("EXECUTOR_BASH__MAX_STDIN_BYTES", "8192")
+        out = cli(home, "cp", f"{name}:big", str(tmp_path / "dest"))
+        assert out.code == 2 and "service.download_max_bytes" in out.stderr
+        big = tmp_path / "bigin"
+        big.mkdir()
+        (big / "noise").write_bytes(os.urandom(20000))
+        into = cli(home, "cp", str(big), f"{name}:x")
+        assert into.code == 2 and "bash.max_stdin_bytes" in into.stderr
