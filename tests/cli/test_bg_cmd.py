@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -58,3 +62,52 @@ def test_background_tasks_need_a_session(home: Path) -> None:
     assert ran.code == 2 and "--session" in ran.json()["error"]
     missing = cli(home, "bg", "ls", "--session", "cli-test-never-started")
     assert missing.code == 2 and "no session" in missing.stderr
+
+
+def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> bytes:
+    """One line of the follower's stdout, waiting (bounded) for it to arrive."""
+    assert proc.stdout is not None
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no whole line in time; got {line!r}"
+        ready, _, _ = select.select([proc.stdout], [], [], left)
+        if ready:
+            byte = os.read(proc.stdout.fileno(), 1)
+            assert byte, f"the follower ended early; got {line!r}"
+            line += byte
+    return line
+
+
+def test_read_follow_prints_lines_as_they_come_and_exits_with_the_tasks_code(home: Path) -> None:
+    """--follow prints each line while the task still runs (the task waits for a file only the test creates after
+    seeing the line), then the rest, and exits with the task's own code."""
+    with named_session(home) as name:
+        script = "echo one; while [ ! -e go ]; do sleep 0.05; done; printf 'two é\\n'; exit 3"
+        started = cli(home, "bg", "start", "--session", name, "--json", "--", script)
+        assert started.code == 0, started.stderr
+        task = started.json()["task_id"]
+        env = {**os.environ, "EXECUTOR_HOME": str(home)}
+        with subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "bg", "read", task, "--session", name, "--follow"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        ) as proc:
+            try:
+                deadline = time.monotonic() + 60
+                assert _read_line(proc, deadline) == b"one\n"
+                assert proc.poll() is None  # the task waits for the file: the follower does too
+                assert cli(home, "exec", "--session", name, "--", "touch go").code == 0
+                assert _read_line(proc, deadline) == "two é\n".encode()
+                assert proc.wait(timeout=60) == 3
+                assert proc.stdout is not None and proc.stdout.read() == b""
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+
+
+def test_read_follow_refuses_json(home: Path) -> None:
+    """--follow prints raw bytes: with --json it is exit 2 and a JSON error."""
+    ran = cli(home, "--json", "bg", "read", "t1", "--session", "x", "--follow")
+    assert ran.code == 2 and "--follow" in ran.json()["error"]
