@@ -52,8 +52,8 @@ lint: setup
     {{venv}}/bin/lint-imports
 
 # Benchmarks, printed side by side with the raw Docker baseline.
-bench: (image "base")
-    @{{py}} -m tests.benchmarks
+bench *args: (image "base")
+    @{{py}} -m tests.benchmarks {{args}}
 
 # Regenerate the README's settings table from the settings model.
 docs:

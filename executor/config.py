@@ -456,7 +456,9 @@ class ServiceSettings(_Section):
     result_stream_max_bytes: Bytes = Field(1 * _MIB, ge=0, le=1024 * _MIB)
     """Raw stdout/stderr carried in an exec result (each); ``*_whole`` says whether it is all of it."""
     download_max_bytes: Bytes = Field(256 * _MIB, ge=1024, le=16 * 1024 * _MIB)
-    """Largest tar stream a download may produce (held in memory while a slow client reads it)."""
+    """Largest tar stream a download (``GET .../files``, ``executor cp`` out of a session) may produce: past it the
+    download is refused (413) or, once streaming, cut short. The stream is never held whole: what a slow client has
+    not read yet waits in memory up to ``stream_buffer_bytes``, then in an unlinked file under the home."""
     approval_timeout_s: float = Field(600.0, gt=0, le=7 * 86_400.0)
     """How long an ask waits for an out-of-band answer (``POST /v1/approvals/{id}``) before it is denied."""
     session_idle_s: float | None = Field(3600.0, gt=0, le=365 * 86_400.0)

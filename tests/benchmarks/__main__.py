@@ -27,9 +27,21 @@ from tests.benchmarks.bench_exec import run as run_exec
 from tests.benchmarks.bench_pool import run as run_pool
 from tests.benchmarks.bench_pure import run as run_pure
 from tests.benchmarks.bench_runtime import run as run_runtimes
+from tests.benchmarks.bench_service import SECTIONS as SERVICE_SECTIONS
+from tests.benchmarks.bench_service import run_rows as run_service
 
 _REPO = Path(__file__).resolve().parents[2]
-_SECTIONS = ("roundtrip", "throughput", "concurrency", "kill", "artifacts", "pure", "runtimes", "pool")
+_SECTIONS = (
+    "roundtrip",
+    "throughput",
+    "concurrency",
+    "kill",
+    "artifacts",
+    "pure",
+    "runtimes",
+    "pool",
+    *SERVICE_SECTIONS,
+)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -147,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         conc_pipeline=args.conc_pipeline,
         conc_raw=args.conc_raw,
         kill_iters=args.kill_iters,
-        sections=sections - {"artifacts", "pure", "runtimes", "pool"},
+        sections=sections - {"artifacts", "pure", "runtimes", "pool", *SERVICE_SECTIONS},
         seed=args.seed,
     )
     started = datetime.now(UTC)
@@ -170,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     if "pool" in sections:
         print("==> warm pool (claim vs cold open, 50 opens against 8, rm -f refill, idle memory)", file=sys.stderr)
         rows += run_pool(args.pool_iters)
+    if sections & set(SERVICE_SECTIONS):
+        print("==> service through executor.client (200 MB streams, 64 client execs, RSS)", file=sys.stderr)
+        rows += run_service(sorted(sections & set(SERVICE_SECTIONS)))
     elapsed = time.perf_counter() - began
     print(_table(rows))
     missed = [row for row in rows if row["met"] is False]
