@@ -114,9 +114,14 @@ class Spool:
 
     def _take(self) -> bytes | None:
         if self._chunks:
-            data = self._chunks.popleft()
-            self._held -= len(data)
-            return data
+            # Small chunks queued behind the reader go out together: fewer, larger writes to the client.
+            parts = [self._chunks.popleft()]
+            size = len(parts[0])
+            while self._chunks and size + len(self._chunks[0]) <= _READ_MAX:
+                parts.append(self._chunks.popleft())
+                size += len(parts[-1])
+            self._held -= size
+            return parts[0] if len(parts) == 1 else b"".join(parts)
         if self._file is not None:
             if self._file_r < self._file_w:
                 data = os.pread(self._file, min(_READ_MAX, self._file_w - self._file_r), self._file_r)
