@@ -68,6 +68,19 @@ class ProcInfo(_Model):
     """Its command line, NUL separators shown as spaces, bounded."""
 
 
+class StdinFile(_Model):
+    """A host file streamed to a command's stdin in chunks, never held whole (an upload's archive).
+
+    The file is the caller's private one (the service's spool of a request body) and must not change until the run
+    ends: the gate binds the run to the hash of its bytes, read when the run is gated.
+    """
+
+    path: str
+    """Absolute host path of the file."""
+    size: int = Field(ge=0)
+    """Its size in bytes (what ``bash.max_stdin_bytes`` bounds)."""
+
+
 class RunSpec(_Model):
     """Exactly what the agent runs for one bash call."""
 
@@ -77,8 +90,8 @@ class RunSpec(_Model):
     """Absolute working directory inside the container."""
     env: dict[str, str] = Field(default_factory=dict)
     """Explicit environment entries; merged last, after the scrub and the model-friendly defaults."""
-    stdin: bytes | None = None
-    """Bytes written to stdin then closed; None means /dev/null."""
+    stdin: bytes | StdinFile | None = None
+    """Bytes (or a host file's bytes, streamed) written to stdin then closed; None means /dev/null."""
     timeout_ms: int | None
     """Deadline enforced by the agent itself; None for background tasks."""
     grace_ms: int

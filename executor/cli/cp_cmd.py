@@ -14,7 +14,7 @@ comes out of the sandbox is checked before anything is written: absolute paths, 
 and devices are refused and nothing is written.
 
 Bounds: an archive going in is at most ``bash.max_stdin_bytes``; one coming out at most
-``service.download_max_bytes`` (streamed through a temporary file, never held in memory).
+``service.download_max_bytes``. Both go through a temporary file, never whole in memory.
 
 Exit codes: ``0`` copied; ``1`` tar failed in the session (a missing path; the message says why); ``2`` bad input
 (a missing host path, a bad ``SESSION:PATH``, both or neither side in a session, an unknown session, an archive
@@ -41,6 +41,7 @@ from executor.artifacts import tee_captures
 from executor.cli._common import EXIT_USAGE, emit, fail, state
 from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, run_cli
 from executor.errors import ContentRejected
+from executor.models import StdinFile
 from executor.session import SessionAPI, ToolResult
 from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, pack_command, unpack_command
 
@@ -118,15 +119,20 @@ def cp_command(
 
     if not src.remote:
         packer = TarPacker(Path(src.path), limit=settings.bash.max_stdin_bytes, setting="bash.max_stdin_bytes")
-        # The session pipeline binds a command to its stdin's hash, so the archive is whole before it is gated.
-        data = b"".join(packer)
-        stats, archive_bytes = packer.stats, packer.size
+        # The gate binds the command to its stdin's hash, so the archive is whole before it runs: in a private
+        # file, streamed from there to tar's stdin (never whole in memory).
+        with tempfile.NamedTemporaryFile(prefix="cp-") as archive:
+            for chunk in packer:
+                archive.write(chunk)
+            archive.flush()
+            stats, archive_bytes = packer.stats, packer.size
+            stdin = StdinFile(path=archive.name, size=packer.size)
 
-        async def upload(s: SessionAPI) -> ToolResult:
-            session_id.append(s.id)
-            return await s.bash(unpack_command(dst.path), stdin=data)
+            async def upload(s: SessionAPI) -> ToolResult:
+                session_id.append(s.id)
+                return await s.bash(unpack_command(dst.path), stdin=stdin)
 
-        result = run_cli(settings, where, upload, handler=handler)
+            result = run_cli(settings, where, upload, handler=handler)
     else:
         limit = settings.service.download_max_bytes
         with tempfile.TemporaryFile() as spool:

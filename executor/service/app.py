@@ -48,8 +48,9 @@ from executor.errors import (
     WriteError,
 )
 from executor.mcp.server import owner_for_token
+from executor.models import StdinFile
 from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, owns
-from executor.service.files import Spool
+from executor.service.files import Spool, spooled_body
 from executor.service.openapi import openapi_document
 from executor.service.wire import (
     ApprovalAnswer,
@@ -326,7 +327,7 @@ class _Api:
     # -- write and files ---------------------------------------------------------------------------------------
 
     async def _gated_bash(
-        self, held: Held, owner: str | None, command: str, *, stdin: bytes | None = None
+        self, held: Held, owner: str | None, command: str, *, stdin: bytes | StdinFile | None = None
     ) -> tuple[ToolResult, RawStreams]:
         raw = RawStreams(self.svc.download_max_bytes)
         handler = self.service.approval_handler(held.session.id, owner)
@@ -373,10 +374,22 @@ class _Api:
     async def upload(self, request: Request) -> Response:
         query = self.query(request, FilesQuery)
         held = await self.held(request)
-        data = await self.body(request)
         # Unpacked by tar inside the container, as the session user: the sandbox is the boundary, and the action is
-        # gated like any command, bound to the archive's hash (its stdin).
-        result, raw = await self._gated_bash(held, self.owner(request), unpack_command(query.path), stdin=data)
+        # gated like any command, bound to the archive's hash (its stdin). The body goes to a private file as it
+        # arrives (the hash needs every byte before the gate), then to tar's stdin a frame at a time: never whole
+        # in memory.
+        limit = self.svc.max_request_bytes
+        with spooled_body(self.service.settings.home / "tmp", limit) as spool:
+            declared = request.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise _HttpError(413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)")
+            async for chunk in request.stream():
+                if not spool.write(chunk):
+                    raise _HttpError(
+                        413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)"
+                    )
+            stdin = spool.stdin()
+            result, raw = await self._gated_bash(held, self.owner(request), unpack_command(query.path), stdin=stdin)
         return _json(_exec_result(result, raw))
 
     async def download(self, request: Request) -> Response:

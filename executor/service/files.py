@@ -1,4 +1,6 @@
-"""Downloads as live streams: the bytes a session's ``tar -c`` writes, on their way to one HTTP reader.
+"""Files through the service without holding them: an upload's body spooled to a private file and streamed to
+``tar -x``'s stdin (:func:`spooled_body`), and a download's bytes as ``tar -c`` writes them, on their way to one
+HTTP reader (:class:`Spool`).
 
 A capture tee (:func:`executor.artifacts.tee_captures`) must never block the session, and a tar stream must never
 lose a byte, so :class:`Spool` keeps what the reader has not taken yet in memory up to a bound and past it in an
@@ -12,13 +14,16 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 import trio
 
-__all__ = ["Spool"]
+from executor.models import StdinFile
+
+__all__ = ["BodySpool", "Spool", "spooled_body"]
 
 _READ_MAX: Final = 1024 * 1024
 
@@ -153,6 +158,42 @@ class Spool:
         if self._file is not None:
             os.close(self._file)
             self._file = None
+
+
+class BodySpool:
+    """A request body on its way to a command's stdin: written to a private file as it arrives, bounded."""
+
+    def __init__(self, fd: int, path: Path, limit: int) -> None:
+        self._fd = fd
+        self._path = path
+        self._limit = limit
+        self.size = 0
+
+    def write(self, data: bytes) -> bool:
+        """Append ``data``; False (and nothing kept) once the body would pass the limit."""
+        if self.size + len(data) > self._limit:
+            return False
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self.size += len(data)
+        return True
+
+    def stdin(self) -> StdinFile:
+        """The body as a run's stdin (streamed from the file)."""
+        return StdinFile(path=str(self._path), size=self.size)
+
+
+@contextmanager
+def spooled_body(directory: Path, limit: int) -> Iterator[BodySpool]:
+    """A private (0600) file under ``directory`` for one request body, removed on exit."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="upload-", dir=directory)
+    try:
+        yield BodySpool(fd, Path(name), limit)
+    finally:
+        os.close(fd)
+        Path(name).unlink(missing_ok=True)
 
 
 def _unlinked_file(directory: Path) -> int:

@@ -16,7 +16,7 @@ from typing import Final, Literal, Protocol, TypeAlias
 from pydantic import BaseModel, ConfigDict
 
 from executor.gate.approvals import ApprovalHandler
-from executor.models import RunResult
+from executor.models import RunResult, StdinFile
 from executor.sandbox.base import SessionInfo
 
 __all__ = [
@@ -199,7 +199,7 @@ class SessionAPI(Protocol):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | StdinFile | None = None,
         timeout_ms: int | None = None,
         focus_mode: FocusMode | None = None,
         intent: str | None = None,

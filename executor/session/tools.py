@@ -23,7 +23,7 @@ from executor.errors import ActionDenied, AgentError, ApprovalRequired, CommandR
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.gate import Gate
 from executor.journal import JournalWriter
-from executor.models import BashAction, CaptureSink, RunResult, RunSpec, StreamName, WriteAction
+from executor.models import BashAction, CaptureSink, RunResult, RunSpec, StdinFile, StreamName, WriteAction
 from executor.sandbox.agent.client import AgentClient
 from executor.sandbox.base import SessionInfo
 from executor.session.api import (
@@ -160,7 +160,7 @@ class Session:
             command=spec.command,
             cwd=spec.cwd,
             env=spec.env,
-            stdin_sha256=None if spec.stdin is None else hashlib.sha256(spec.stdin).hexdigest(),
+            stdin_sha256=await _stdin_sha256(spec.stdin),
             timeout_ms=spec.timeout_ms,
             exec_argv=exec_argv,
         )
@@ -180,7 +180,7 @@ class Session:
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | StdinFile | None = None,
         timeout_ms: int | None = None,
         focus_mode: FocusMode | None = None,
         intent: str | None = None,
@@ -192,7 +192,8 @@ class Session:
             command: the bash command.
             cwd: working directory (default: the workspace; relative paths are inside it).
             env: explicit environment entries, merged last.
-            stdin: bytes for stdin (then closed); None means /dev/null.
+            stdin: bytes for stdin (then closed), or a host file streamed there (an upload's archive, never held
+                whole; the gate binds the hash of its bytes); None means /dev/null.
             timeout_ms: deadline (default ``bash.timeout_ms``, at most ``bash.max_timeout_ms``).
             focus_mode: ``off``/``shadow``/``on`` for this call (default ``focus.mode``).
             intent: what the caller is looking for in the output (helps focus).
@@ -660,3 +661,25 @@ def _refusal_data(exc: WriteError) -> dict[str, object]:
     code = getattr(exc, "errno", None) or 0
     names = {errno.EACCES: "permission", errno.ENOENT: "not_found", errno.EISDIR: "is_directory"}
     return {"error": names.get(code, type(exc).__name__), "errno": code}
+
+
+async def _stdin_sha256(stdin: bytes | StdinFile | None) -> str | None:
+    """The hex SHA-256 of a run's stdin; a file's is read in a thread (it may be large)."""
+    if stdin is None:
+        return None
+    if isinstance(stdin, bytes):
+        return hashlib.sha256(stdin).hexdigest()
+    return await trio.to_thread.run_sync(_file_sha256, stdin)
+
+
+def _file_sha256(source: StdinFile) -> str:
+    digest = hashlib.sha256()
+    with Path(source.path).open("rb") as handle:
+        left = source.size
+        while left > 0:
+            data = handle.read(min(1024 * 1024, left))
+            if not data:
+                break
+            digest.update(data)
+            left -= len(data)
+    return digest.hexdigest()

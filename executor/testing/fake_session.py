@@ -28,7 +28,7 @@ from executor.errors import (
     WriteFailed,
 )
 from executor.gate.approvals import ApprovalHandler, request_approval
-from executor.models import BashAction
+from executor.models import BashAction, StdinFile
 from executor.sandbox.base import SessionInfo
 from executor.session import (
     USE_DEFAULT,
@@ -74,7 +74,7 @@ class FakeSession:
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | StdinFile | None = None,
         timeout_ms: int | None = None,
         focus_mode: FocusMode | None = None,
         intent: str | None = None,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from executor.config import BashSettings, Profile
 from executor.errors import CommandRejected
-from executor.models import RunSpec
+from executor.models import RunSpec, StdinFile
 
 __all__ = ["build_run_spec", "resolve_cwd"]
 
@@ -52,7 +52,7 @@ def build_run_spec(
     profile: Profile,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
-    stdin: bytes | None = None,
+    stdin: bytes | StdinFile | None = None,
     timeout_ms: int | None = None,
     background: bool = False,
 ) -> RunSpec:
@@ -64,7 +64,7 @@ def build_run_spec(
         profile: the session's profile (workspace, user).
         cwd: working directory; None means the workspace; relative paths are inside the workspace.
         env: explicit environment entries; they are merged last and win, even on credential-shaped names.
-        stdin: bytes written to the command's stdin, then closed; None means /dev/null.
+        stdin: bytes (or a host file, streamed) written to the command's stdin, then closed; None means /dev/null.
         timeout_ms: per-call deadline; None means ``settings.timeout_ms``. Ignored for background tasks.
         background: a background task: no deadline applies and orphans are left to the task.
 
@@ -84,10 +84,13 @@ def build_run_spec(
     if "\0" in command:
         raise CommandRejected("the command contains a NUL byte, which bash cannot receive; remove it")
     _check_utf8(command, "the command")
-    if stdin is not None and len(stdin) > settings.max_stdin_bytes:
+    stdin_size = stdin.size if isinstance(stdin, StdinFile) else None if stdin is None else len(stdin)
+    if stdin_size is not None and stdin_size > settings.max_stdin_bytes:
         raise CommandRejected(
-            f"stdin is {len(stdin)} bytes, above the {settings.max_stdin_bytes}-byte limit (bash.max_stdin_bytes)"
+            f"stdin is {stdin_size} bytes, above the {settings.max_stdin_bytes}-byte limit (bash.max_stdin_bytes)"
         )
+    if isinstance(stdin, StdinFile) and background:
+        raise CommandRejected("a background task's stdin travels inline: give bytes, not a file")
     for name, value in (env or {}).items():
         if not name or "=" in name or "\0" in name:
             raise CommandRejected(f"environment name {name!r} is malformed; names are non-empty and have no '=' or NUL")

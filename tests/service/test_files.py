@@ -157,3 +157,47 @@ def test_a_large_download_streams_with_flat_memory(shared_service: ServiceProces
     assert got > size
     assert child_peak < 120 * 1024 * 1024, child_peak
     assert grown < size // 4, grown
+
+
+_UPLOADER = textwrap.dedent(
+    """
+    import resource, sys
+    from executor.client import Client
+    with Client(socket=sys.argv[1], timeout_s=240) as client:
+        result = client.upload(sys.argv[2], sys.argv[3], "up")
+    print(result.outcome, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    """
+)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_large_upload_streams_with_flat_memory(service_factory: Any, tmp_path: Path) -> None:
+    """A 160 MB folder goes in whole while the client's peak memory, and the service's, grow far less than its
+    size (the body is spooled to a file and streamed to tar's stdin)."""
+    size = 160 * 1024 * 1024
+    service: ServiceProcess = service_factory(
+        service__max_request_bytes="256MiB", bash__max_stdin_bytes="256MiB", bash__timeout_ms="240000"
+    )
+    service.start()
+    big = tmp_path / "big"
+    big.mkdir()
+    with (big / "zeros").open("wb") as handle:
+        handle.truncate(size)
+    with service.client() as client:
+        session = client.create_session().id
+        assert service.proc is not None
+        before = _hwm(service.proc.pid)
+        done = subprocess.run(
+            [sys.executable, "-c", _UPLOADER, str(service.socket), session, str(big)],
+            capture_output=True,
+            timeout=280,
+            check=True,
+        )
+        outcome, child_peak = done.stdout.split()
+        grown = _hwm(service.proc.pid) - before
+        assert outcome == b"completed", done.stdout + done.stderr
+        assert client.exec(session, "stat -c %s up/zeros").stdout == f"{size}\n".encode()
+    assert int(child_peak) < 120 * 1024 * 1024, child_peak
+    assert grown < size // 4, grown
+    assert not list((service.home / "tmp").glob("upload-*"))  # the spooled body is gone

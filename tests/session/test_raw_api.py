@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from executor.config import Settings, load_settings
 from executor.errors import ArtifactNotFound, CommandRejected, UnsafeTarget, WriteFailed
+from executor.models import StdinFile
 from executor.session import open_executor
 from executor.session.threaded import ThreadedExecutor
 
@@ -160,3 +164,18 @@ def test_the_threaded_api_serves_asyncio(engine_settings: Settings) -> None:
         return result.stdout, error
 
     assert asyncio.run(main()) == (b"from asyncio\n", "CommandRejected")
+
+
+async def test_bash_streams_stdin_from_a_host_file_bound_to_its_hash(engine_settings: Settings, tmp_path: Path) -> None:
+    """A StdinFile's bytes reach the command whole (several frames' worth), and the gated action carries their
+    hash, as it would for the same bytes given inline."""
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    source = tmp_path / "stdin.bin"
+    source.write_bytes(data)
+    async with open_executor(engine_settings) as ex, ex.open_session() as session:
+        result = await session.bash("sha256sum -b | cut -c1-64", stdin=StdinFile(path=str(source), size=len(data)))
+        digest = hashlib.sha256(data).hexdigest()
+        assert (result.outcome, result.stdout) == ("completed", digest + "\n")
+        lines = [json.loads(line) for line in session.journal_path.read_text().splitlines()]
+        prepared = [e for e in lines if e["type"] == "action_prepared"]
+        assert prepared[-1]["action"]["stdin_sha256"] == digest

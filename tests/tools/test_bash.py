@@ -8,7 +8,7 @@ import pytest
 
 from executor.config import load_settings
 from executor.errors import CommandRejected, ConfigError
-from executor.models import RunSpec
+from executor.models import RunSpec, StdinFile
 from executor.tools.bash import build_run_spec
 
 
@@ -17,7 +17,7 @@ def _spec(
     *,
     overrides: dict[str, Any] | None = None,
     cwd: str | None = None,
-    stdin: bytes | None = None,
+    stdin: bytes | StdinFile | None = None,
     timeout_ms: int | None = None,
     background: bool = False,
 ) -> RunSpec:
@@ -80,6 +80,15 @@ def test_stdin_cap_and_relative_cwd() -> None:
         _spec(stdin=b"x" * 11, overrides={"bash": {"max_stdin_bytes": 10}})
     assert _spec(cwd="src/app").cwd == "/workspace/src/app"
     assert _spec(cwd="/tmp").cwd == "/tmp"
+
+
+def test_a_stdin_file_is_bounded_by_its_size_and_not_for_tasks() -> None:
+    """A StdinFile larger than max_stdin_bytes is refused by its size; a background task cannot take one."""
+    with pytest.raises(CommandRejected, match=r"stdin is 11 bytes.*bash\.max_stdin_bytes"):
+        _spec(stdin=StdinFile(path="/x", size=11), overrides={"bash": {"max_stdin_bytes": 10}})
+    assert _spec(stdin=StdinFile(path="/x", size=10), overrides={"bash": {"max_stdin_bytes": 10}}).stdin is not None
+    with pytest.raises(CommandRejected, match="inline"):
+        _spec(stdin=StdinFile(path="/x", size=1), background=True)
 
 
 def test_orphans_keep_and_background_tasks_do_not_kill_leftovers() -> None:

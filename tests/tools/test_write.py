@@ -65,7 +65,7 @@ class LocalAgentClient:
         with trio.fail_after(spec.timeout_ms / 1000 if spec.timeout_ms else 30):
             proc = await trio.run_process(
                 [str(self.binary), *argv[1:]],
-                stdin=spec.stdin or b"",
+                stdin=spec.stdin if isinstance(spec.stdin, bytes) else b"",
                 capture_stdout=True,
                 capture_stderr=True,
                 check=False,

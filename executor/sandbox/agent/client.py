@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Literal
@@ -30,7 +31,7 @@ from typing import Literal
 import trio
 
 from executor.errors import AgentError, AgentProtocolError, SandboxLost, SessionUnhealthy, TaskNotFound
-from executor.models import CaptureSink, ProcInfo, RunResult, RunSpec
+from executor.models import CaptureSink, ProcInfo, RunResult, RunSpec, StdinFile
 from executor.sandbox.agent.protocol import (
     FRAME_MAX_MAX,
     FRAME_MIN_MAX,
@@ -319,15 +320,35 @@ class AgentClient:
             stream_bytes=dict(counted.counts),
         )
 
-    async def _send_stdin(self, fid: int, data: bytes, scope: trio.CancelScope) -> None:
+    async def _send_stdin(self, fid: int, data: bytes | StdinFile, scope: trio.CancelScope) -> None:
         step = self._send_max - 64
         with scope:
             try:
-                for pos in range(0, len(data), step):
-                    await self._send(FrameType.STDIN, fid, data[pos : pos + step])
+                if isinstance(data, StdinFile):
+                    await self._send_stdin_file(fid, data, step)
+                else:
+                    for pos in range(0, len(data), step):
+                        await self._send(FrameType.STDIN, fid, data[pos : pos + step])
                 await self._send(FrameType.STDIN, fid, b"")
             except (SandboxLost, AgentProtocolError):
                 pass  # the reader reports the broken connection to the run itself
+
+    async def _send_stdin_file(self, fid: int, source: StdinFile, step: int) -> None:
+        """A host file's first ``source.size`` bytes, a frame at a time: never more than a frame in memory."""
+        try:
+            fd = os.open(source.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return  # stdin closes empty; the command sees EOF (the caller owns the file)
+        try:
+            pos = 0
+            while pos < source.size:
+                data = os.pread(fd, min(step, source.size - pos), pos)
+                if not data:
+                    break
+                await self._send(FrameType.STDIN, fid, data)
+                pos += len(data)
+        finally:
+            os.close(fd)
 
     async def _collect(self, receive: trio.MemoryReceiveChannel[Frame], sink: CaptureSink) -> RunResult:
         while True:
@@ -425,6 +446,8 @@ def _long_script(spec: RunSpec) -> tuple[RunSpec, list[str] | None]:
     if len(script) <= _ARG_SAFE_BYTES:
         return spec, None
     loader = f'eval "$(head -c {len(script)})"'
+    if isinstance(spec.stdin, StdinFile):
+        raise AgentError("a command this long cannot take its stdin from a file; shorten the command")
     stdin = script + (spec.stdin or b"")
     return spec.model_copy(update={"stdin": stdin}), ["/bin/bash", "-c", loader]
 

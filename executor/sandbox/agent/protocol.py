@@ -326,8 +326,12 @@ def encode_run_request(spec: RunSpec, *, argv: list[str] | None = None, detached
     if not detached and spec.timeout_ms:
         fields.append((Tag.TIMEOUT_MS, spec.timeout_ms))
     fields += [(Tag.GRACE_MS, spec.grace_ms), (Tag.DRAIN_MS, spec.drain_ms), (Tag.KILL_ORPHANS, spec.kill_orphans)]
-    if spec.stdin is not None:
-        fields.append((Tag.STDIN_DATA, spec.stdin) if detached else (Tag.STDIN, 1))
+    if spec.stdin is not None and not detached:
+        fields.append((Tag.STDIN, 1))
+    elif spec.stdin is not None:
+        if not isinstance(spec.stdin, bytes):
+            raise AgentProtocolError("a task's stdin travels inline: bytes, not a file")
+        fields.append((Tag.STDIN_DATA, spec.stdin))
     return encode_fields(fields)
 
 
