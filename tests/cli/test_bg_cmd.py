@@ -1,4 +1,5 @@
-"""`executor bg` end to end: start, read by offsets, list and stop a background task in a named session."""
+"""`executor bg` end to end, in-process and over a running service: start, read by offsets, list and stop a
+background task in a named session, and read its artifact."""
 
 from __future__ import annotations
 
@@ -12,13 +13,22 @@ from executor.testing.cli import cli, named_session
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 
 
-def test_background_task_lifecycle(home: Path) -> None:
-    """A started task is listed, read from offsets until its output arrives, stopped, and then reported ended."""
+SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s"}
+
+
+def test_background_task_lifecycle(either_home: Path) -> None:
+    """A started task is listed, read from offsets until its output arrives, stopped, and then reported ended; its
+    artifact id leads to its output."""
+    home = either_home
     with named_session(home) as name:
-        started = cli(home, "bg", "start", "--session", name, "--json", "--", "echo first; echo second; sleep 60")
+        argv = ("bg", "start", "--session", name, "--json", "--", "echo first; echo second; sleep 60")
+        not_yet = cli(home, *argv)
+        assert not_yet.code == 2 and "--create" in not_yet.json()["error"]
+        started = cli(home, "bg", "start", "--create", *argv[2:])
         assert started.code == 0, started.stderr
         data = started.json()
         assert set(data) == {"outcome", "exit_code", "task_id", "artifact_id", "action_id", "text", "session"}
+        assert set(data["session"]) == SESSION_KEYS and data["session"]["name"] == name
         task = data["task_id"]
         assert data["outcome"] == "completed" and task
 
@@ -36,12 +46,15 @@ def test_background_task_lifecycle(home: Path) -> None:
         assert (read["offset"], read["next_offset"], read["running"]) == (0, 13, True)
         assert read["text"].endswith("first\nsecond\n")
 
+        paged = cli(home, "--json", "output", "read", data["artifact_id"])
+        assert paged.code == 0 and "first\nsecond" in paged.json()["text"]
+
         rest = cli(home, "bg", "read", task, "--session", name, "--offset", "6", "--max-bytes", "3", "--json")
         assert (rest.json()["offset"], rest.json()["next_offset"]) == (6, 9)
         assert rest.json()["text"].endswith("\nsec")
 
         stopped = cli(home, "bg", "stop", task, "--session", name, "--json")
-        assert stopped.code == 0
+        assert stopped.code == 0 and stopped.json()["outcome"] == "completed"
         assert stopped.json()["task"]["running"] is False
         assert stopped.json()["task"]["result"]["cause"] in ("cancelled", "signaled")
 
@@ -52,8 +65,9 @@ def test_background_task_lifecycle(home: Path) -> None:
         assert unknown.code == 2 and "no background task" in unknown.json()["error"]
 
 
-def test_background_tasks_need_a_session(home: Path) -> None:
+def test_background_tasks_need_a_session(either_home: Path) -> None:
     """Without --session, bg commands exit 2 before starting anything."""
+    home = either_home
     ran = cli(home, "bg", "start", "--json", "--", "sleep 1")
     assert ran.code == 2 and "--session" in ran.json()["error"]
     missing = cli(home, "bg", "ls", "--session", "cli-test-never-started")

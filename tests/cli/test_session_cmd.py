@@ -29,27 +29,47 @@ def _json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return data
 
 
+SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s"}
+
+
 @pytest.mark.docker
-def test_session_lifecycle_in_json(base_image: str, home: Path) -> None:
-    """start prints the session, ls lists it by name, stop by name removes it, and stop again exits 2."""
+def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
+    """start prints the session, ls lists it by name (as text: with age, idle time and owner), stop by name removes
+    it, and stop again exits 2; in-process and over a running service alike."""
+    home = either_home
     name = "cli-" + os.urandom(4).hex()
     started = _executor(home, "session", "start", "--name", name)
     assert started.returncode == 0, started.stdout + started.stderr
+    assert _json(started)["outcome"] == "completed" and _json(started)["exit_code"] == 0
     session = _json(started)["session"]
     try:
+        assert set(session) == SESSION_KEYS
         assert session["name"] == name and session["state"] == "running" and session["profile"] == "default"
         journal = home / "sessions" / session["id"] / "journal.ndjson"
         opened = json.loads(journal.read_text(encoding="utf-8").splitlines()[0])
         assert (opened["type"], opened["policy"]) == ("session_opened", "default")
-        listed = _json(_executor(home, "session", "ls"))["sessions"]
-        assert any(s["id"] == session["id"] for s in listed)
+        listed = _json(_executor(home, "session", "ls"))
+        assert (listed["outcome"], listed["exit_code"]) == ("completed", 0)
+        assert [set(s) for s in listed["sessions"] if s["id"] == session["id"]] == [SESSION_KEYS]
+        table = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "session", "ls"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "EXECUTOR_HOME": str(home)},
+            check=True,
+        ).stdout.splitlines()
+        assert table[0].split() == ["ID", "NAME", "STATE", "PROFILE", "AGE", "IDLE", "OWNER", "IMAGE"]
+        (row,) = [line.split() for line in table[1:] if name in line]
+        assert row[:4] == [session["id"], name, "running", "default"] and row[4].endswith(("s", "m"))
         stopped = _executor(home, "session", "stop", name)
-        assert stopped.returncode == 0 and _json(stopped) == {"outcome": "ok", "stopped": session["id"]}
+        assert stopped.returncode == 0
+        assert _json(stopped) == {"outcome": "completed", "exit_code": 0, "stopped": session["id"]}
     finally:
         _executor(home, "session", "stop", session["id"])
     again = _executor(home, "session", "stop", name)
     assert again.returncode == 2 and _json(again)["outcome"] == "error"
-    assert _json(_executor(home, "session", "gc"))["outcome"] == "ok"
+    assert _json(_executor(home, "session", "gc"))["outcome"] == "completed"
 
 
 def test_unknown_profile_is_bad_input(home: Path) -> None:
