@@ -281,11 +281,22 @@ class RawTee:
                 out.flush()
             except (OSError, ValueError):
                 del self._outs[stream]
+                _silence(out)
 
     def get(self, stream: str) -> tuple[bytes, bool]:
         """The kept bytes and whether they are the whole stream."""
         kept = self._kept[stream]
         return bytes(kept), len(kept) == self._total[stream]
+
+
+def _silence(out: BinaryIO) -> None:
+    """Point a stream whose reader is gone at /dev/null, so the interpreter's last flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def reason_line(result: ToolResult) -> str:

@@ -3,8 +3,8 @@
 Every command acts on this home's sessions only (sessions carry an ``executor.home`` label derived from the
 resolved ``EXECUTOR_HOME``); ``--all`` on ``ls``, ``stop`` and ``gc`` reaches every home's sessions.
 A named session whose container stopped keeps its workspace volume until it is stopped: ``gc`` removes the stopped
-container and lists the volume as kept; ``session start --name NAME`` (or ``exec --session NAME``) recreates the
-container on it.
+container and lists the volume as kept; ``session start --name NAME`` (or ``exec --session NAME --create``)
+recreates the container on it.
 
 JSON shapes (``--json``; :mod:`executor.cli.shapes`, the same over a running service):
 

@@ -74,6 +74,7 @@ from executor.service.wire import (
     WriteRequest,
 )
 from executor.session import ToolResult
+from executor.session.presentation import results_read_by
 from executor.tools.bash import build_run_spec
 
 __all__ = ["build_app"]
@@ -591,9 +592,21 @@ def _cancelled(raw: RawStreams, artifact_id: str | None) -> ExecResult:
     )
 
 
+_HINTS_HEADER: Final = "x-executor-hints"
+"""A request header naming who reads the results (``cli`` for the thin CLI): their recovery hints are written in
+that reader's words (default: the Python API's)."""
+
+
 def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def guarded(request: Request) -> Response:
         try:
+            reader = request.headers.get(_HINTS_HEADER)
+            if reader == "cli":
+                with results_read_by("cli"):
+                    return await handler(request)
+            if reader == "mcp":
+                with results_read_by("mcp"):
+                    return await handler(request)
             return await handler(request)
         except _HttpError as exc:
             return _error(exc.status, exc.type, str(exc))

@@ -188,3 +188,98 @@ def test_a_paused_session_gives_exit_125_unresponsive_then_a_clear_error(home: P
         after = cli(home, "--json", "exec", "--session", name, "--", "true")
         assert after.code == 125
         assert re.match(rf"^session {name} is unhealthy since .*executor session stop {name}", after.json()["error"])
+
+
+@pytest.mark.docker
+def test_output_streams_live_and_byte_exact(either_home: Path) -> None:
+    """Each line reaches the CLI's stdout when the command prints it (the command then waits for a file this test
+    creates only after seeing that line), and binary output of several MiB arrives byte for byte on both streams."""
+    import hashlib
+    import sys
+    import time
+
+    from executor.testing.cli import cli_env
+
+    home = either_home
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        script = "echo first; while [ ! -e go ]; do sleep 0.05; done; echo second"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", script],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=cli_env(home),
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"first\n"
+            assert proc.poll() is None  # still waiting for the file: the line came live
+            assert cli(home, "exec", "--session", name, "--", "touch go").code == 0
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert (proc.returncode, rest, err) == (0, b"second\n", b"")
+
+        size = 3 * 1024 * 1024  # under the service's per-stream buffer: nothing can be dropped
+        made = cli(home, "exec", "--session", name, "--", f"head -c {size} /dev/urandom > blob; sha256sum < blob")
+        digest = made.stdout.split()[0]
+        started = time.monotonic()
+        both = cli(home, "exec", "--session", name, "--", "cat blob; cat blob >&2")
+        assert both.code == 0, both.stderr[-500:]
+        assert len(both.stdout_bytes) == len(both.stderr_bytes) == size, time.monotonic() - started
+        assert hashlib.sha256(both.stdout_bytes).hexdigest() == digest
+        assert hashlib.sha256(both.stderr_bytes).hexdigest() == digest
+        as_json = cli(home, "--json", "exec", "--session", name, "--", "head -c 2000000 blob")
+        data = as_json.json()
+        assert data["stdout_complete"] is False and data["stdout"]  # bounded, and says so
+
+
+@pytest.mark.docker
+def test_an_ask_is_answered_at_the_terminal(either_home: Path) -> None:
+    """With stdin and stderr on a terminal, an ask is shown there and a 'y' runs the command (in-process, and over
+    the service through the exec stream's approval event); 'n' denies it (exit 77)."""
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    from executor.testing.cli import cli_env
+
+    home = either_home
+
+    def answered(name: str, answer: bytes) -> tuple[int, bytes, bytes]:
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", "git reset --hard HEAD~3"],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env=cli_env(home),
+        )
+        os.close(slave)
+        shown = b""
+        try:
+            deadline = time.monotonic() + 120
+            while b"[y/N]" not in shown:
+                assert time.monotonic() < deadline and proc.poll() is None, shown
+                ready, _, _ = select.select([master], [], [], 0.5)
+                if ready:
+                    shown += os.read(master, 4096)
+            os.write(master, answer + b"\n")
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(master)
+        return proc.returncode, out, shown
+
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        code, out, shown = answered(name, b"y")
+        assert b"=== approval needed ===" in shown and b"git reset --hard HEAD~3" in shown
+        assert code == 128 and out == b""  # it ran: git says there is no repository (on stderr, the terminal)
+        code, out, _ = answered(name, b"n")
+        assert code == 77 and out == b""

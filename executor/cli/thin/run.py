@@ -375,7 +375,7 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
     if EXEC_FRAMES not in (response.getheader("content-type") or ""):
         raise Unreachable("the service does not speak the framed exec stream; upgrade it (or unset EXECUTOR_URL)")
     streamed = _Streamed()
-    outs = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
+    outs: dict[int, BinaryIO] = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
     try:
         while True:
             header = response.read(_FRAME.size)
@@ -385,11 +385,16 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
                 header += _read_exact(response, _FRAME.size - len(header))
             kind, size = _FRAME.unpack(header)
             payload = _read_exact(response, size) if size else b""
-            if kind in outs:
-                if live:
-                    out = outs[kind]
-                    out.write(payload)
-                    out.flush()
+            if kind in (1, 2):
+                out = outs.get(kind) if live else None
+                if out is not None:
+                    try:
+                        out.write(payload)
+                        out.flush()
+                    except (OSError, ValueError):
+                        # Our reader went away (``| head``): the command and its capture go on; we stop writing.
+                        del outs[kind]
+                        _silence(out)
                 continue
             event = json.loads(payload)
             what = event.get("kind")
@@ -408,6 +413,16 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
     finally:
         if streamed.result is None:
             client.conn.close()  # mid-stream: the next request needs a fresh connection
+
+
+def _silence(out: BinaryIO) -> None:
+    """Point a stream whose reader is gone at /dev/null, so the interpreter's last flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _reason_line(result: Mapping[str, Any]) -> str:

@@ -327,7 +327,13 @@ class Connection:
         if query:
             path += "?" + _query(query)
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        head = [f"{method} {path} HTTP/1.1", "host: executor", f"accept: {accept}", f"content-length: {len(payload)}"]
+        head = [
+            f"{method} {path} HTTP/1.1",
+            "host: executor",
+            f"accept: {accept}",
+            f"content-length: {len(payload)}",
+            "x-executor-hints: cli",  # recovery hints written as executor command lines
+        ]
         if payload:
             head.append("content-type: application/json")
         if self.target.token:
