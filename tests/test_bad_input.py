@@ -221,12 +221,14 @@ def test_cli_full_disk_mid_capture_exits_125_and_keeps_what_was_written(base_ima
     unobserved; the bytes written are kept; the journal parses; the session stops cleanly."""
     name = "bad-input-full-disk"
     try:
-        warm = cli(small_home, "exec", "--session", name, "--", "true")  # the agent, the index and its WAL first
+        warm = cli(
+            small_home, "exec", "--session", name, "--create", "--", "true"
+        )  # the agent, the index and its WAL first
         assert warm.code == 0, warm.stderr
         filler = small_home.parent / "filler"
         stats = os.statvfs(small_home)
         filler.write_bytes(b"\0" * max(0, stats.f_bavail * stats.f_frsize - 96 * 1024))
-        ran = cli(small_home, "exec", "--session", name, "--", "seq 1 200000; exec sleep 300")
+        ran = cli(small_home, "exec", "--session", name, "--view", "--", "seq 1 200000; exec sleep 300")
         filler.unlink()
         line = _one_error_line(ran, 125)
         assert "space" in line, line

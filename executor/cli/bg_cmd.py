@@ -1,19 +1,21 @@
 """``executor bg start|read|stop|ls``: background tasks in a named session.
 
-``executor bg start --session S [--profile P] [--image I] [--cwd DIR] [--env K=V ...] -- COMMAND...``
+``executor bg start --session S [--create] [--profile P] [--image I] [--cwd DIR] [--env K=V ...] -- COMMAND...``
 ``executor bg read TASK --session S [--stream stdout|stderr] [--offset N] [--max-bytes M]``
 ``executor bg stop TASK --session S``
 ``executor bg ls --session S``
 
 A background task outlives the command that started it, so it needs a session that does too: ``--session`` is
-required (``start`` starts a missing named session and leaves it running; the others need it running). A task is
-gated like ``exec`` (no deadline); its output is read by whole-stream byte offsets (``read`` prints where the next
-read starts). ``COMMAND`` is one bash script, or several words quoted as an argv (see ``executor exec``).
+required, and the session must exist (``start --create`` starts a missing named one and leaves it running). A task
+is gated like ``exec`` (no deadline); its output is read by whole-stream byte offsets (``read`` prints where the
+next read starts), and its streams are mirrored into an artifact (``start`` gives its id: ``executor output read
+ID`` pages it, ``executor output search ID`` searches it). ``COMMAND`` is one bash script, or several words quoted
+as an argv (see ``executor exec``).
 
 Exit codes: ``0`` done; ``2`` bad input (no ``--session``, unknown session or task, too many tasks already
 running); ``75`` blocked and ``77`` denied (``start``: nothing started); ``125`` executor failure.
 
-``--json`` shapes (one object each):
+``--json`` shapes (one object each; :mod:`executor.cli.shapes`, the same over a running service):
 
 * ``start``: ``{"outcome": "completed" | "blocked" | "denied", "exit_code", "task_id": str|null, "artifact_id",
   "action_id", "text", "session"}``;
@@ -21,11 +23,11 @@ running); ``75`` blocked and ``77`` denied (``start``: nothing started); ``125``
   "dropped", "running", "run": {...}|null, "text", "session"}``: ``offset``..``next_offset`` are the bytes shown,
   ``end`` the bytes the stream has so far, ``dropped`` the first byte still held (the agent's ring buffer drops
   older bytes), ``run`` how the task ended once it has;
-* ``stop``: ``{"outcome": "ok", "exit_code": 0, "task": TASK, "text", "session"}``;
-* ``ls``: ``{"outcome": "ok", "exit_code": 0, "tasks": [TASK, ...], "session"}``;
+* ``stop``: ``{"outcome": "completed", "exit_code": 0, "task": TASK, "text", "session"}``;
+* ``ls``: ``{"outcome": "completed", "exit_code": 0, "tasks": [TASK, ...], "session"}``;
 
-``TASK`` is ``{"task_id", "command", "running", "owner", "artifact_id", "result": {...}|null}``. Failures:
-``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
+``TASK`` is ``{"task_id", "command", "running", "owner", "artifact_id", "result": {...}|null}`` and ``session`` is
+``SESSION`` (see ``executor session``). Failures: ``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any, Final, Literal
 import trio
 import typer
 
+from executor.cli import shapes
 from executor.cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_USAGE, emit, fail, state
 from executor.cli.exec_cmd import (
     CliSession,
@@ -45,8 +48,8 @@ from executor.cli.exec_cmd import (
     interactive_handler,
     parse_env,
     run_cli,
+    session_dict,
 )
-from executor.focus.sanitize import sanitize
 from executor.models import RunResult
 from executor.session import SessionAPI, TaskInfo, ToolResult
 
@@ -64,21 +67,11 @@ def _need_session(session: str | None, *, json_mode: bool) -> str:
     if session is None:
         fail(
             "background tasks need a session that outlives this command: pass --session NAME "
-            "(`bg start` starts a missing one)",
+            "(with --create on `bg start` to start a missing one)",
             code=EXIT_USAGE,
             json_mode=json_mode,
         )
     return session
-
-
-def _ended(result: RunResult | None) -> str:
-    if result is None:
-        return "ended"
-    if result.cause == "exited":
-        return f"exited {result.exit_code} after {result.duration_ms / 1000:.2f}s"
-    if result.signal is not None:
-        return f"killed by signal {result.signal} after {result.duration_ms / 1000:.2f}s ({result.cause})"
-    return f"ended ({result.cause}) after {result.duration_ms / 1000:.2f}s"
 
 
 @app.command("start")
@@ -86,6 +79,7 @@ def start(
     ctx: typer.Context,
     command: list[str] = typer.Argument(..., metavar="-- COMMAND...", help="A bash script, or an argv to quote."),
     session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
+    create: bool = typer.Option(False, "--create", help="Start the --session NAME if it does not exist."),
     profile: str | None = typer.Option(None, "--profile", help="Profile of a session started here."),
     image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
     cwd: str | None = typer.Option(None, "--cwd", help="Working directory (default: the workspace)."),
@@ -100,26 +94,20 @@ def start(
         fail("no command given: executor bg start --session S -- COMMAND...", code=EXIT_USAGE, json_mode=json_mode)
     env_map = parse_env(env, json_mode=json_mode)
     script = command_text(command)
-    where = CliSession(json_mode=json_mode, session=named, profile=profile, image=image)
-    session_id: list[str] = []
+    where = CliSession(json_mode=json_mode, session=named, create=create, profile=profile, image=image)
+    seen: list[dict[str, Any]] = []
 
     async def job(s: SessionAPI) -> ToolResult:
-        session_id.append(s.id)
+        seen.append(session_dict(s))
         return await s.start_task(script, cwd=cwd, env=env_map or None)
 
     result = run_cli(settings, where, job, handler=interactive_handler())
     code = exit_code_of(result)
-    task_id = (result.data or {}).get("task_id")
-    data = {
-        "outcome": result.outcome,
-        "exit_code": code,
-        "task_id": task_id,
-        "artifact_id": result.artifact_id,
-        "action_id": result.action_id,
-        "text": result.text,
-        "session": session_id[0],
-    }
-    emit(data, result.text, json_mode=json_mode)
+    emit(
+        shapes.bg_start_json(result.model_dump(mode="json"), code=code, session=seen[0]),
+        result.text,
+        json_mode=json_mode,
+    )
     raise typer.Exit(code)
 
 
@@ -152,7 +140,6 @@ def read(
     if offset < 0 or max_bytes < 1:
         fail("--offset must be at least 0 and --max-bytes at least 1", code=EXIT_USAGE, json_mode=json_mode)
     where = CliSession(json_mode=json_mode, session=named, create=False)
-    session_id: list[str] = []
     if follow:
         # Pages no longer than the display budget, so that a page's text is all of its bytes.
         page = min(max_bytes, settings.artifacts.display_max_chars)
@@ -162,22 +149,14 @@ def read(
             sys.stderr.write(f"stopped following; task {task_id} goes on (executor bg stop {task_id} stops it)\n")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         raise typer.Exit(_task_code(ended))
+    seen: list[dict[str, Any]] = []
 
     async def job(s: SessionAPI) -> ToolResult:
-        session_id.append(s.id)
+        seen.append(session_dict(s))
         return await s.read_task(task_id, stream=checked, offset=offset, max_bytes=max_bytes)
 
     result = run_cli(settings, where, job, handler=None)
-    chunk: dict[str, Any] = dict(result.data or {})
-    data = {
-        "outcome": result.outcome,
-        "exit_code": 0,
-        **{key: chunk.get(key) for key in ("task_id", "stream", "offset", "next_offset", "end", "dropped", "running")},
-        "run": None if result.run is None else result.run.model_dump(mode="json"),
-        "text": result.text,
-        "session": session_id[0],
-    }
-    emit(data, result.text, json_mode=json_mode)
+    emit(shapes.bg_read_json(result.model_dump(mode="json"), session=seen[0]), result.text, json_mode=json_mode)
 
 
 def _task_code(result: RunResult | None) -> int:
@@ -244,22 +223,15 @@ def stop(
     named = _need_session(session, json_mode=json_mode)
     settings = st.settings()
     where = CliSession(json_mode=json_mode, session=named, create=False)
-    session_id: list[str] = []
+    seen: list[dict[str, Any]] = []
 
     async def job(s: SessionAPI) -> TaskInfo:
-        session_id.append(s.id)
+        seen.append(session_dict(s))
         return await s.stop_task(task_id)
 
-    info = run_cli(settings, where, job, handler=None)
-    text = f"stopped task {info.task_id}: {_ended(info.result)}"
-    data = {
-        "outcome": "ok",
-        "exit_code": 0,
-        "task": info.model_dump(mode="json"),
-        "text": text,
-        "session": session_id[0],
-    }
-    emit(data, text, json_mode=json_mode)
+    info = run_cli(settings, where, job, handler=None).model_dump(mode="json")
+    text = f"stopped task {info['task_id']}: {shapes.ended_text(info.get('result'))}"
+    emit(shapes.bg_stop_json(info, text=text, session=seen[0]), text, json_mode=json_mode)
 
 
 @app.command("ls")
@@ -273,23 +245,12 @@ def ls(
     named = _need_session(session, json_mode=json_mode)
     settings = st.settings()
     where = CliSession(json_mode=json_mode, session=named, create=False)
-    session_id: list[str] = []
+    seen: list[dict[str, Any]] = []
 
     async def job(s: SessionAPI) -> list[TaskInfo]:
-        session_id.append(s.id)
+        seen.append(session_dict(s))
         return await s.list_tasks()
 
-    tasks = run_cli(settings, where, job, handler=None)
-    rows = [f"{'TASK':12} {'STATE':8} {'ARTIFACT':20} COMMAND"]
-    for task in tasks:
-        state_text = "running" if task.running else "ended"
-        rows.append(f"{task.task_id:12} {state_text:8} {task.artifact_id or '-':20} {task.command[:200]}")
-    # Commands are the caller's own text, but they are shown on a terminal: escape control characters.
-    text = sanitize("\n".join(rows), redact_credentials=settings.focus.redact_credentials).text
-    data = {
-        "outcome": "ok",
-        "exit_code": 0,
-        "tasks": [task.model_dump(mode="json") for task in tasks],
-        "session": session_id[0],
-    }
-    emit(data, text, json_mode=json_mode)
+    tasks = [task.model_dump(mode="json") for task in run_cli(settings, where, job, handler=None)]
+    # Commands are the caller's own text, shown on a terminal: the table makes control characters visible.
+    emit(shapes.bg_ls_json(tasks, session=seen[0]), shapes.task_table(tasks), json_mode=json_mode)

@@ -22,8 +22,9 @@ over its bound, an unsafe archive from the session); ``75`` blocked; ``77`` deni
 
 ``--json`` prints ``{"outcome": "completed" | "failed" | "blocked" | "denied" | ..., "exit_code", "direction":
 "to_session" | "from_session", "source", "dest", "files", "entries", "bytes", "archive_bytes", "artifact_id",
-"action_id", "text", "session"}``; ``files``/``bytes`` count regular files and their content, ``entries`` every
-member (folders and symlinks too). Failures before a result: ``{"outcome": "error", "error", "exit_code"}``.
+"action_id", "text", "session": SESSION}`` (see ``executor session``); ``files``/``bytes`` count regular files and
+their content, ``entries`` every member (folders and symlinks too). Failures before a result: ``{"outcome":
+"error", "error", "exit_code"}``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ import trio
 import typer
 
 from executor.artifacts import tee_captures
+from executor.cli import shapes
 from executor.cli._common import EXIT_USAGE, emit, fail, state
-from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, run_cli
+from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, run_cli, session_dict
 from executor.errors import ContentRejected
 from executor.models import StdinFile
 from executor.session import SessionAPI, ToolResult
@@ -113,7 +115,7 @@ def cp_command(
     settings = st.settings()
     where = CliSession(json_mode=json_mode, session=named, create=False)
     handler = interactive_handler()
-    session_id: list[str] = []
+    seen: list[dict[str, Any]] = []
     stats = ArchiveStats()
     archive_bytes = 0
 
@@ -129,7 +131,7 @@ def cp_command(
             stdin = StdinFile(path=archive.name, size=packer.size)
 
             async def upload(s: SessionAPI) -> ToolResult:
-                session_id.append(s.id)
+                seen.append(session_dict(s))
                 return await s.bash(unpack_command(dst.path), stdin=stdin)
 
             result = run_cli(settings, where, upload, handler=handler)
@@ -139,7 +141,7 @@ def cp_command(
             sink = _Sink(spool, limit)
 
             async def download(s: SessionAPI) -> ToolResult:
-                session_id.append(s.id)
+                seen.append(session_dict(s))
                 with sink.scope, tee_captures(sink.add, kind="bash"):
                     return await s.bash(pack_command(src.path))
                 raise ContentRejected(
@@ -174,7 +176,7 @@ def cp_command(
         "artifact_id": result.artifact_id,
         "action_id": result.action_id,
         "text": text,
-        "session": session_id[0] if session_id else None,
+        "session": shapes.session_json(seen[0]) if seen else None,
     }
     emit(data_out, text, json_mode=json_mode)
     raise typer.Exit(code)

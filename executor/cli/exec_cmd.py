@@ -1,11 +1,17 @@
 """``executor exec [--session ID|NAME] [options] [--json] -- COMMAND...``: run one command in a sandbox session.
 
 Without ``--session`` the command runs in a throwaway session (started, then removed). With ``--session NAME`` it
-runs in that session, which is started under that name when it does not exist yet (CI friendly) and is left
-running (``executor session stop NAME`` removes it). ``COMMAND`` is one bash script (``-- 'make && make test'``),
-or, given as several words, an argv that is shell-quoted word by word (``-- ls "my file"``).
+runs in that session, which must exist (``executor session start --name NAME``) unless the call says ``--create``:
+then a missing one is started under that name and left running (``executor session stop NAME`` removes it); a
+mistyped name never starts a container. ``COMMAND`` is one bash script (``-- 'make && make test'``), or, given as
+several words, an argv that is shell-quoted word by word (``-- ls "my file"``).
 
-Output: the presented view (bounded, sanitized, with the artifact id to recover the whole output from) on stdout.
+Output, like ``docker exec``: the command's raw stdout and stderr go to this process's stdout and stderr as they
+arrive, byte for byte, and the process exits with the command's status. When the executor ends the call itself
+(blocked, denied, timeout, an error, interrupted) the reason is one line on stderr (``executor: OUTCOME: ...``).
+``--view`` prints the presented view instead (bounded, sanitized, with the artifact id to recover the whole output
+from); ``--json`` prints one object (below). Both paths behave the same: over a running service (the thin client,
+:mod:`executor.cli.thin`) and in-process.
 
 Exit codes:
 
@@ -30,10 +36,12 @@ Exit codes:
      "text": str,                    # the presented view, as printed without --json
      "run": {"cause", "exit_code", "signal", "duration_ms", "cpu_ms", "max_rss_kb", "stream_bytes",
              "orphans_left", "orphans_killed", "drain_cut"} | null,
-     "stdout": str|null,             # the command's raw stdout (not sanitized), cut at artifacts.display_max_chars
-     "stdout_complete": bool|null,   # whether "stdout" is the whole stream (else read the artifact)
-     "stderr": str|null, "stderr_complete": bool|null,
-     "session": str|null}            # the session id (null when none could be started)
+     "stdout": str,                  # the command's raw stdout (not sanitized; UTF-8, an invalid byte as U+FFFD),
+                                     # its first service.result_stream_max_bytes bytes
+     "stdout_complete": bool,        # whether "stdout" is the whole stream (else read the artifact)
+     "stderr": str, "stderr_complete": bool,
+     "session": SESSION|null}        # {"id", "name", "image", "profile", "state", "created_at", "owner",
+                                     #  "idle_limit_s", "idle_s"} (null where unknown; executor.cli.shapes)
 
 ``outcome`` tells a timeout (``"timeout"``, exit 124) from a command that itself exits 124 (``"failed"``, exit
 124). When the executor fails before a result exists, the object is ``{"outcome": "error", "error": MESSAGE,
@@ -56,21 +64,22 @@ from typing import Any, BinaryIO, Final, TypeVar
 import trio
 import typer
 
+from executor.artifacts import tee_captures
+from executor.cli import shapes
 from executor.cli._common import (
-    EXIT_BLOCKED,
-    EXIT_DENIED,
-    EXIT_FAILURE,
     EXIT_INTERRUPTED,
-    EXIT_TIMEOUT,
     EXIT_USAGE,
     emit,
     fail,
     progress,
     state,
 )
+from executor.cli.shapes import missing_session_message
 from executor.config import Settings
+from executor.errors import SessionNotFound, SessionRejected
 from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
 from executor.gate.judge import api_key_from
+from executor.ids import is_session_id, validate_session_name
 from executor.session import ExecutorAPI, FocusMode, SessionAPI, ToolResult, open_executor
 
 __all__ = [
@@ -104,6 +113,15 @@ class CliSession:
     """Image override of a session started here."""
 
 
+def session_dict(session: SessionAPI) -> dict[str, Any]:
+    """The session a command ran in, as a plain dict for :func:`executor.cli.shapes.session_json`."""
+    info = getattr(session, "info", None)
+    if info is None:
+        return {"id": session.id, "name": session.name, "owner": session.owner}
+    data: dict[str, Any] = info.model_dump(mode="json")
+    return data
+
+
 def interactive_handler(*, stdin_used: bool = False) -> ApprovalHandler | None:
     """The terminal approval handler when a person can answer (stdin and stderr are terminals), else None.
 
@@ -131,10 +149,26 @@ async def session_scope(ex: ExecutorAPI, where: CliSession) -> AsyncIterator[Ses
         return
     if where.create:
         progress(f"attaching to session {where.session} (starting it if needed)", json_mode=quiet)
-    async with ex.attach_session(
-        where.session, create=where.create, profile=where.profile, image=where.image
-    ) as session:
-        yield session
+    entered = False
+    try:
+        async with ex.attach_session(
+            where.session, create=where.create, profile=where.profile, image=where.image
+        ) as session:
+            entered = True
+            yield session
+    except SessionNotFound as exc:
+        if entered or where.create or is_session_id(where.session) or not _plausible_name(where.session):
+            raise
+        # A mistyped name must not start a container: say how to make one on purpose.
+        raise SessionNotFound(missing_session_message(where.session)) from exc
+
+
+def _plausible_name(name: str) -> bool:
+    try:
+        validate_session_name(name)
+    except SessionRejected:
+        return False
+    return True
 
 
 def run_cli(
@@ -163,38 +197,7 @@ def run_cli(
 
 def exit_code_of(result: ToolResult) -> int:
     """This process's exit status for a tool result (see the module docstring)."""
-    if result.outcome == "blocked":
-        return EXIT_BLOCKED
-    if result.outcome == "denied":
-        return EXIT_DENIED
-    if result.outcome == "timeout":
-        return EXIT_TIMEOUT
-    if result.outcome == "cancelled":
-        return EXIT_INTERRUPTED
-    if result.outcome in ("error", "unresponsive"):
-        return EXIT_FAILURE
-    if result.outcome == "failed":
-        # A run that failed always has a status; a non-run failure (none today) is still a failure.
-        return result.exit_code if result.exit_code is not None else 1
-    return 0
-
-
-def result_json(result: ToolResult, *, code: int, session: str | None) -> dict[str, Any]:
-    """The stable JSON shape of a tool result (see the module docstring)."""
-    return {
-        "outcome": result.outcome,
-        "exit_code": code,
-        "command_exit_code": result.exit_code,
-        "artifact_id": result.artifact_id,
-        "action_id": result.action_id,
-        "text": result.text,
-        "run": None if result.run is None else result.run.model_dump(mode="json"),
-        "stdout": result.stdout,
-        "stdout_complete": result.stdout_complete,
-        "stderr": result.stderr,
-        "stderr_complete": result.stderr_complete,
-        "session": session,
-    }
+    return shapes.exit_code_for(result.outcome, result.exit_code)
 
 
 def command_text(words: Sequence[str]) -> str:
@@ -251,12 +254,64 @@ def _read_capped(file: BinaryIO, limit: int) -> bytes:
     return b"".join(parts)
 
 
+class RawTee:
+    """The command's raw output as it arrives: written through to this process's stdout and stderr (``live``), and
+    its first ``limit`` bytes per stream kept for ``--json``. A capture tee (it must not raise): a reader of ours that
+    went away (``| head``) stops the write-through, never the command or its capture."""
+
+    def __init__(self, *, live: bool, limit: int) -> None:
+        self._live = live
+        self._limit = limit
+        self._kept: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self._total: dict[str, int] = {"stdout": 0, "stderr": 0}
+        self._outs: dict[str, BinaryIO] = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        kept = self._kept.get(stream)
+        if kept is None:
+            return
+        self._total[stream] += len(data)
+        room = self._limit - len(kept)
+        if room > 0:
+            kept += data[:room]
+        out = self._outs.get(stream) if self._live else None
+        if out is not None:
+            try:
+                out.write(data)
+                out.flush()
+            except (OSError, ValueError):
+                del self._outs[stream]
+                _silence(out)
+
+    def get(self, stream: str) -> tuple[bytes, bool]:
+        """The kept bytes and whether they are the whole stream."""
+        kept = self._kept[stream]
+        return bytes(kept), len(kept) == self._total[stream]
+
+
+def _silence(out: BinaryIO) -> None:
+    """Point a stream whose reader is gone at /dev/null, so the interpreter's last flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def reason_line(result: ToolResult) -> str:
+    """The one stderr line saying why the executor ended a call (the view's first line)."""
+    first = next((line for line in result.text.splitlines() if line.strip()), result.outcome)
+    return f"executor: {result.outcome}: {' '.join(first.split())}"
+
+
 def exec_command(
     ctx: typer.Context,
     command: list[str] = typer.Argument(..., metavar="-- COMMAND...", help="A bash script, or an argv to quote."),
     session: str | None = typer.Option(
-        None, "--session", help="Session id or name (a missing name is started and left running); else throwaway."
+        None, "--session", help="Session id or name (must exist unless --create); else a throwaway session."
     ),
+    create: bool = typer.Option(False, "--create", help="Start the --session NAME if it does not exist."),
     profile: str | None = typer.Option(None, "--profile", help="Profile of a session started here."),
     image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
     timeout_ms: int | None = typer.Option(None, "--timeout-ms", help="Deadline (default bash.timeout_ms)."),
@@ -265,8 +320,9 @@ def exec_command(
     cwd: str | None = typer.Option(None, "--cwd", help="Working directory (default: the workspace)."),
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE, repeatable."),
     stdin: str | None = typer.Option(None, "--stdin", help="Feed this file (or - for stdin) to the command."),
+    view: bool = typer.Option(False, "--view", help="Print the model's bounded view instead of the raw streams."),
 ) -> None:
-    """Run a command in a sandbox session; print the presented view; exit with its status."""
+    """Run a command in a sandbox session; stream its output live; exit with its status."""
     st = state(ctx)
     json_mode = st.json
     settings = st.settings()
@@ -290,23 +346,43 @@ def exec_command(
             setting="bash.max_stdin_bytes",
         )
     )
-    where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)
+    where = CliSession(json_mode=json_mode, session=session, create=create, profile=profile, image=image)
     script = command_text(words)
-    session_id: list[str] = []
+    live = not (view or json_mode)
+    raw = RawTee(live=live, limit=settings.service.result_stream_max_bytes)
+    seen: list[dict[str, Any]] = []
 
     async def job(s: SessionAPI) -> ToolResult:
-        session_id.append(s.id)
-        return await s.bash(
-            script,
-            cwd=cwd,
-            env=env_map or None,
-            stdin=stdin_bytes,
-            timeout_ms=timeout_ms,
-            focus_mode=checked_focus,
-            intent=intent,
-        )
+        seen.append(session_dict(s))
+        with tee_captures(raw, kind="bash"):
+            return await s.bash(
+                script,
+                cwd=cwd,
+                env=env_map or None,
+                stdin=stdin_bytes,
+                timeout_ms=timeout_ms,
+                focus_mode=checked_focus,
+                intent=intent,
+            )
 
     result = run_cli(settings, where, job, handler=interactive_handler(stdin_used=stdin == "-"))
     code = exit_code_of(result)
-    emit(result_json(result, code=code, session=session_id[0]), result.text, json_mode=json_mode)
+    if json_mode:
+        stdout, stdout_complete = raw.get("stdout")
+        stderr, stderr_complete = raw.get("stderr")
+        data = shapes.exec_json(
+            result.model_dump(mode="json"),
+            code=code,
+            session=seen[0] if seen else None,
+            stdout=stdout,
+            stdout_complete=stdout_complete,
+            stderr=stderr,
+            stderr_complete=stderr_complete,
+        )
+        emit(data, "", json_mode=True)
+    elif view:
+        emit({}, result.text, json_mode=False)
+    elif result.outcome not in ("completed", "failed"):
+        sys.stderr.write(reason_line(result) + "\n")
+        sys.stderr.flush()
     raise typer.Exit(code)

@@ -1,74 +1,37 @@
-"""The ``executor`` command line."""
+"""The ``executor`` entry point: a tiny dispatcher.
+
+A session command (``exec``, ``write``, ``session start|ls|stop``, ``output read|search``, ``bg ...``) runs as a thin
+client of a running service when one answers (:mod:`executor.cli.thin`, standard library only, so the call costs
+milliseconds, not the executor's import); everything else, and everything when no service answers, runs in-process
+(:mod:`executor.cli.app`, the typer app). This module imports neither path until it knows which one it needs.
+"""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from typing import Any
 
-import typer
-
-from executor.cli import (
-    agent_cmd,
-    bg_cmd,
-    config_cmd,
-    demo_cmd,
-    image_cmd,
-    mcp_cmd,
-    output_cmd,
-    policy_cmd,
-    serve_cmd,
-    session_cmd,
-)
-from executor.cli._common import CliState, GuardedGroup
-from executor.cli.cp_cmd import cp_command
-from executor.cli.exec_cmd import exec_command
-from executor.cli.replay_cmd import replay_command
-from executor.cli.write_cmd import write_command
-
-app = typer.Typer(
-    cls=GuardedGroup,
-    help="A sandboxed, container-backed executor for AI agents.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(config_cmd.app, name="config")
-app.add_typer(policy_cmd.app, name="policy")
-app.add_typer(agent_cmd.app, name="agent")
-app.command("replay")(replay_command)
-app.add_typer(image_cmd.app, name="image")
-app.add_typer(session_cmd.app, name="session")
-app.command("mcp")(mcp_cmd.mcp)
-app.command("serve")(serve_cmd.serve)
-app.command("exec")(exec_command)
-app.command("write")(write_command)
-app.command("cp")(cp_command)
-app.add_typer(output_cmd.app, name="output")
-app.add_typer(bg_cmd.app, name="bg")
-app.add_typer(demo_cmd.app, name="demo")
-
-
-@app.callback()
-def _root(
-    ctx: typer.Context,
-    config: Path | None = typer.Option(None, "--config", help="TOML settings file (else $EXECUTOR_CONFIG)."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object (stable shapes)."),
-    debug: bool = typer.Option(
-        False, "--debug", help="Also print the traceback when the executor fails (exit 125), for bug reports."
-    ),
-) -> None:
-    ctx.obj = CliState(config=config, json=json_output, debug=debug)
-
-
-def hoist_json(argv: list[str]) -> list[str]:
-    """Let every command take ``--json`` after its name, too: move it before the subcommand, where the root option
-    lives. Words after ``--`` (a command to run) are never touched."""
-    end = argv.index("--") if "--" in argv else len(argv)
-    if "--json" not in argv[:end]:
-        return argv
-    return ["--json", *(word for word in argv[:end] if word != "--json"), *argv[end:]]
+__all__ = ["main"]
 
 
 def main() -> None:
     """Console-script entry point."""
-    app(args=hoist_json(sys.argv[1:]))
+    argv = sys.argv[1:]
+    from executor.cli.thin.run import run_thin
+
+    code = run_thin(argv)
+    if code is not None:
+        sys.stdout.flush()
+        raise SystemExit(code)
+    from executor.cli.app import main as run_app
+
+    run_app(argv)
+
+
+def __getattr__(name: str) -> Any:
+    # ``app`` and ``hoist_json`` lived here before the split; they load the typer app only when asked for.
+    if name in ("app", "hoist_json"):
+        from executor.cli import app as _app
+
+        return getattr(_app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

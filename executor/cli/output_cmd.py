@@ -11,12 +11,18 @@ is only a cross-check, and an id of another session is "not found". Pages go thr
 judged by the sanitize reflex and sanitized (escapes, invisible characters, instruction-like lines marked,
 credentials redacted per ``focus.redact_credentials``), the judgment journaled in the session's journal.
 
-Exit codes: ``0`` a page (even an empty one); ``2`` bad input (unknown, malformed, foreign or evicted id, unknown
+``search`` without ``--stream`` searches every stream of the artifact in turn (stdout, then stderr; for an artifact
+with neither, its own stream), each up to ``--limit`` matches, and prints one page per stream.
+
+Exit codes: ``0`` a page (``read``: even an empty one; ``search``: at least one match); ``1`` ``search`` found no
+match (as grep does); ``2`` bad input (unknown, malformed, foreign or evicted id, unknown
 stream, range out of bounds, a bad or too slow pattern, an unknown session name); ``125`` the store or the engine
 failed.
 
-``--json`` prints ``{"outcome": "completed", "exit_code": 0, "artifact_id", "session", "text", "page"}``, where
-``text`` is the rendered page as printed without ``--json`` and ``page`` the receipts:
+``--json`` prints ``{"outcome": "completed", "exit_code": 0 | 1, "artifact_id", "session", "text", "page"}``
+(``session``: ``SESSION``, see ``executor session``, with what the artifact id tells), where ``text`` is the
+rendered page as printed without ``--json`` and ``page`` the receipts (``search`` adds ``pages``, one per stream
+searched, ``page`` being the first, and ``matches``, their total):
 
 * read: ``{"artifact_id", "stream", "start_line", "end_line", "start_byte_in_line", "end_byte_in_line",
   "next_start_line", "next_start_byte_in_line", "gap_before", "past_end", "complete", ...}`` (the page without its
@@ -37,9 +43,10 @@ from typing import TypeVar
 import trio
 import typer
 
+from executor.cli import shapes
 from executor.cli._common import emit, state
 from executor.config import Settings
-from executor.errors import SessionNotFound
+from executor.errors import SessionNotFound, StreamNotFound
 from executor.gate.judge import api_key_from
 from executor.ids import is_session_id, parse_artifact_id
 from executor.sandbox.base import open_backend
@@ -73,28 +80,36 @@ def _run(
     ctx: typer.Context,
     artifact_id: str,
     session: str | None,
-    job: Callable[[OutputTools], Awaitable[ToolResult]],
+    job: Callable[[OutputTools], Awaitable[list[ToolResult]]],
+    *,
+    search: bool = False,
 ) -> None:
     st = state(ctx)
     json_mode = st.json
     settings = st.settings()
 
-    async def main() -> tuple[str, ToolResult]:
+    async def main() -> tuple[str, list[ToolResult]]:
         session_id = await _session_id(settings, artifact_id, session)
         api_key = api_key_from(settings.gate.judge, os.environ)
         async with open_output_reader(settings, session_id, api_key=api_key, surface="cli") as reader:
             return session_id, await job(reader)
 
-    session_id, result = trio.run(main)
-    data = {
-        "outcome": result.outcome,
-        "exit_code": 0,
-        "artifact_id": artifact_id,
-        "session": session_id,
-        "text": result.text,
-        "page": result.data,
-    }
-    emit(data, result.text, json_mode=json_mode)
+    session_id, results = trio.run(main)
+    first = results[0].model_dump(mode="json")
+    if search:
+        first["text"] = "\n".join(result.text.rstrip("\n") for result in results)
+    data = shapes.output_json(
+        first,
+        code=0,
+        artifact_id=artifact_id,
+        session=shapes.bare_session(session_id),
+        pages=[result.data for result in results] if search else None,
+    )
+    code = shapes.EXIT_NO_MATCH if search and not data["matches"] else 0
+    data["exit_code"] = code
+    emit(data, str(first["text"]), json_mode=json_mode)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("read")
@@ -111,14 +126,15 @@ def read(
 ) -> None:
     """Print one page of a stored stream, with its true line range and where the next page starts."""
 
-    async def job(reader: OutputTools) -> ToolResult:
-        return await reader.read_output(
+    async def job(reader: OutputTools) -> list[ToolResult]:
+        page = await reader.read_output(
             artifact_id,
             stream=stream,
             start_line=start_line,
             line_count=line_count,
             start_byte_in_line=start_byte_in_line,
         )
+        return [page]
 
     _run(ctx, artifact_id, session, job)
 
@@ -129,15 +145,28 @@ def search(
     artifact_id: str = typer.Argument(..., metavar="ID", help="An artifact id (s-0123456789ab.a3)."),
     pattern: str = typer.Option(..., "--pattern", help="A regular expression, matched line by line."),
     session: str | None = typer.Option(None, "--session", help="Session id or name (default: the id's own)."),
-    stream: str | None = typer.Option(None, "--stream", help="Stream name (default: the artifact's first)."),
-    limit: int = typer.Option(20, "--limit", help="Most matches on the page."),
+    stream: str | None = typer.Option(None, "--stream", help="Stream name (default: every stream, in turn)."),
+    limit: int = typer.Option(20, "--limit", help="Most matches on the page (per stream)."),
     start_line: int = typer.Option(1, "--start-line", help="Resume here (a page's next_start_line)."),
 ) -> None:
-    """Print the matching lines of a stored stream with their true line numbers, and where to resume."""
+    """Print the matching lines of a stored stream with their true line numbers, and where to resume; exit 1 when
+    nothing matches."""
 
-    async def job(reader: OutputTools) -> ToolResult:
-        return await reader.search_output(
-            artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
-        )
+    async def job(reader: OutputTools) -> list[ToolResult]:
+        async def one(name: str | None) -> ToolResult:
+            return await reader.search_output(
+                artifact_id, stream=name, pattern=pattern, limit=limit, start_line=start_line
+            )
 
-    _run(ctx, artifact_id, session, job)
+        if stream is not None:
+            return [await one(stream)]
+        pages: list[ToolResult] = []
+        for name in ("stdout", "stderr"):
+            try:
+                pages.append(await one(name))
+            except StreamNotFound:
+                continue
+        # Neither stdout nor stderr (a write's artifact keeps "output"): the artifact's own first stream.
+        return pages or [await one(None)]
+
+    _run(ctx, artifact_id, session, job, search=True)

@@ -3,21 +3,22 @@
 Every command acts on this home's sessions only (sessions carry an ``executor.home`` label derived from the
 resolved ``EXECUTOR_HOME``); ``--all`` on ``ls``, ``stop`` and ``gc`` reaches every home's sessions.
 A named session whose container stopped keeps its workspace volume until it is stopped: ``gc`` removes the stopped
-container and lists the volume as kept; ``session start --name NAME`` (or ``exec --session NAME``) recreates the
-container on it.
+container and lists the volume as kept; ``session start --name NAME`` (or ``exec --session NAME --create``)
+recreates the container on it.
 
-JSON shapes (``--json``):
+JSON shapes (``--json``; :mod:`executor.cli.shapes`, the same over a running service):
 
-* ``session start``: ``{"outcome": "ok", "session": SESSION}``;
-* ``session ls``: ``{"outcome": "ok", "sessions": [SESSION, ...]}``;
-* ``session stop ID``: ``{"outcome": "ok", "stopped": "s-..."}``;
-* ``session gc``: ``{"outcome": "ok", "removed": ["executor-s-...", "executor-s-...-workspace", ...],
-  "kept": ["executor-s-...-workspace", ...]}``;
+* ``session start``: ``{"outcome": "completed", "exit_code": 0, "session": SESSION}``;
+* ``session ls``: ``{"outcome": "completed", "exit_code": 0, "sessions": [SESSION, ...]}``;
+* ``session stop ID``: ``{"outcome": "completed", "exit_code": 0, "stopped": "s-..."}``;
+* ``session gc``: ``{"outcome": "completed", "exit_code": 0, "removed": ["executor-s-...",
+  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...]}``;
 * failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image,
   bad name, unknown session), 125 when the engine or the sandbox failed.
 
-``SESSION`` is ``{"id", "name", "container_id", "image", "profile", "state", "created_at", "owner", "transport",
-"labels", "workspace_only"}`` (:class:`executor.sandbox.base.SessionInfo`).
+``SESSION`` is ``{"id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s"}``,
+null where unknown. ``session ls`` as text shows each session's age, idle time (since its last use, where known)
+and owner.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TypeVar
 import trio
 import typer
 
+from executor.cli import shapes
 from executor.cli._common import emit, progress, state
 from executor.gate.judge import api_key_from
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
@@ -50,11 +52,6 @@ def _run(ctx: typer.Context, job: Callable[[Backend], Awaitable[T]]) -> T:
 
 
 _ALL_HOMES = typer.Option(False, "--all", help="Every executor home's sessions, not only this home's.")
-
-
-def _line(info: SessionInfo) -> str:
-    image = "(workspace kept; no container)" if info.workspace_only else info.image
-    return f"{info.id:15} {info.name or '-':20} {info.state:8} {info.profile:10} {image}"
 
 
 @app.command("start")
@@ -85,7 +82,7 @@ def start(
             return session.info
 
     info = trio.run(main)
-    emit({"outcome": "ok", "session": info.model_dump(mode="json")}, info.id, json_mode=st.json)
+    emit(shapes.started_json(info.model_dump(mode="json")), info.id, json_mode=st.json)
 
 
 @app.command("ls")
@@ -96,9 +93,8 @@ def ls(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
     async def job(backend: Backend) -> list[SessionInfo]:
         return await backend.list_sessions(all_homes=all_homes)
 
-    infos = _run(ctx, job)
-    text = "\n".join([f"{'ID':15} {'NAME':20} {'STATE':8} {'PROFILE':10} IMAGE", *map(_line, infos)])
-    emit({"outcome": "ok", "sessions": [i.model_dump(mode="json") for i in infos]}, text, json_mode=st.json)
+    infos = [info.model_dump(mode="json") for info in _run(ctx, job)]
+    emit(shapes.sessions_json(infos), shapes.session_table(infos), json_mode=st.json)
 
 
 @app.command("stop")
@@ -114,7 +110,7 @@ def stop(
         return info.id
 
     stopped = _run(ctx, job)
-    emit({"outcome": "ok", "stopped": stopped}, f"stopped {stopped}", json_mode=st.json)
+    emit(shapes.stopped_json(stopped), f"stopped {stopped}", json_mode=st.json)
 
 
 @app.command("gc")
@@ -130,7 +126,7 @@ def gc(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
     lines = [f"removed {name}" for name in report.removed]
     lines += [f"kept {name} (a named session's workspace; `executor session stop` deletes it)" for name in report.kept]
     emit(
-        {"outcome": "ok", "removed": list(report.removed), "kept": list(report.kept)},
+        {"outcome": "completed", "exit_code": 0, "removed": list(report.removed), "kept": list(report.kept)},
         "\n".join(lines) or "nothing to remove",
         json_mode=st.json,
     )

@@ -4,7 +4,8 @@ The content comes from ``--from FILE``, or from stdin (``--from -``, the default
 path and content like any action: when the policy asks and stdin and stderr are terminals (and stdin did not carry
 the content), the terminal handler shows the diff and asks; otherwise the ask comes back blocked and nothing is
 written. Without ``--session`` the write lands in a throwaway session (useful only to preview a diff); with
-``--session NAME`` a missing named session is started and left running, like ``exec``.
+``--session NAME`` the session must exist unless the call says ``--create`` (then a missing one is started and left
+running), like ``exec``.
 
 Output: the result view (what was written, its size, mode and digest, and the diff) on stdout.
 
@@ -15,16 +16,19 @@ executor failure.
 
 ``--json`` prints ``{"outcome": "completed" | "blocked" | "denied" | "error", "exit_code": int, "path": str,
 "artifact_id": str|null, "action_id": str|null, "text": str, "write": {"path", "created", "state": {...}, ...}|null,
-"session": str}``; ``write`` is the write tool's result once the file was written. Failures before a result:
-``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
+"session": SESSION}`` (``executor.cli.shapes``); ``write`` is the write tool's result once the file was written.
+Failures before a result: ``{"outcome": "error", "error": MESSAGE, "exit_code": 2 | 125}``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
+from executor.cli import shapes
 from executor.cli._common import emit, state
-from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, read_input, run_cli
+from executor.cli.exec_cmd import CliSession, interactive_handler, read_input, run_cli, session_dict
 from executor.session import SessionAPI, ToolResult
 
 __all__ = ["write_command"]
@@ -35,8 +39,9 @@ def write_command(
     path: str = typer.Argument(..., help="The file to create or replace (relative paths are in the workspace)."),
     source: str = typer.Option("-", "--from", help="Read the content from this file, or - for stdin (default)."),
     session: str | None = typer.Option(
-        None, "--session", help="Session id or name (a missing name is started and left running); else throwaway."
+        None, "--session", help="Session id or name (must exist unless --create); else a throwaway session."
     ),
+    create: bool = typer.Option(False, "--create", help="Start the --session NAME if it does not exist."),
     profile: str | None = typer.Option(None, "--profile", help="Profile of a session started here."),
     image: str | None = typer.Option(None, "--image", help="Image of a session started here."),
 ) -> None:
@@ -47,25 +52,15 @@ def write_command(
     content = read_input(
         source, option="--from", json_mode=json_mode, limit=settings.write.max_bytes, setting="write.max_bytes"
     )
-    where = CliSession(json_mode=json_mode, session=session, profile=profile, image=image)
-    session_id: list[str] = []
+    where = CliSession(json_mode=json_mode, session=session, create=create, profile=profile, image=image)
+    seen: list[dict[str, Any]] = []
 
     async def job(s: SessionAPI) -> ToolResult:
-        session_id.append(s.id)
+        seen.append(session_dict(s))
         return await s.write_file(path, content)
 
     result = run_cli(settings, where, job, handler=interactive_handler(stdin_used=source == "-"))
-    # A write the container refused is the write failing (like cp failing), not the executor failing.
-    code = 1 if result.outcome == "error" else exit_code_of(result)
-    data = {
-        "outcome": result.outcome,
-        "exit_code": code,
-        "path": path,
-        "artifact_id": result.artifact_id,
-        "action_id": result.action_id,
-        "text": result.text,
-        "write": result.data,
-        "session": session_id[0],
-    }
+    code = shapes.write_exit_code(result.outcome)
+    data = shapes.write_json(result.model_dump(mode="json"), code=code, path=path, session=seen[0])
     emit(data, result.text, json_mode=json_mode)
     raise typer.Exit(code)

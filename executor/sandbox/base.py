@@ -71,8 +71,8 @@ class SessionInfo(BaseModel):
     """The container's labels (ownership and bookkeeping)."""
     workspace_only: bool = False
     """The container is gone (``gc`` removed it after it stopped) but this named session's workspace volume is
-    kept: starting the name again (``exec --session NAME``, ``session start --name NAME``) recreates the container
-    on it; stopping the session deletes it. ``state`` is then ``exited`` and ``container_id`` empty."""
+    kept: starting the name again (``exec --session NAME --create``, ``session start --name NAME``) recreates the
+    container on it; stopping the session deletes it. ``state`` is then ``exited`` and ``container_id`` empty."""
     pooled: bool = False
     """Created ahead of time by a warm pool and since claimed (``created_at`` is the pool's creation time)."""
 

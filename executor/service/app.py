@@ -15,6 +15,7 @@ import logging
 import posixpath
 import secrets
 import shlex
+import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
@@ -53,6 +54,7 @@ from executor.service.core import Draining, Held, LiveStream, RawStreams, Servic
 from executor.service.files import Spool, spooled_body
 from executor.service.openapi import openapi_document
 from executor.service.wire import (
+    EXEC_FRAMES,
     ApprovalAnswer,
     ChunkEvent,
     ErrorEvent,
@@ -75,6 +77,7 @@ from executor.service.wire import (
     WriteRequest,
 )
 from executor.session import ToolResult
+from executor.session.presentation import results_read_by
 from executor.tools.archive import pack_command, unpack_command
 from executor.tools.bash import build_run_spec
 
@@ -141,10 +144,27 @@ def _json(model: BaseModel | Sequence[BaseModel], status: int = 200) -> Response
 
 def _line(event: BaseModel) -> bytes:
     if isinstance(event, ChunkEvent):
-        # The hot path of a stream, written by hand: the same JSON as the model's, without a model round trip.
-        encoded = base64.b64encode(event.data)
-        return b'{"kind":"chunk","stream":"' + event.stream.encode() + b'","data":"' + encoded + b'"}\n'
+        return _chunk_line(event.stream, event.data)
     return event.model_dump_json().encode() + b"\n"
+
+
+def _chunk_line(stream: str, data: bytes) -> bytes:
+    # The hot path of a stream, written by hand: the same JSON as ChunkEvent's, without a model.
+    return b'{"kind":"chunk","stream":"' + stream.encode() + b'","data":"' + base64.b64encode(data) + b'"}\n'
+
+
+_FRAME_KIND: Final = {"stdout": 1, "stderr": 2}
+_EVENT_KIND: Final = 3
+
+
+def _frame(kind: int, payload: bytes) -> bytes:
+    """One frame of the binary exec stream (:data:`executor.service.wire.EXEC_FRAMES`)."""
+    return struct.pack(">B3xI", kind, len(payload)) + payload
+
+
+def _wants_frames(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return any(part.split(";", 1)[0].strip() == EXEC_FRAMES for part in accept.split(","))
 
 
 class _Api:
@@ -311,26 +331,44 @@ class _Api:
             self.service.metrics.command(result.outcome, time.monotonic() - started)
             if result.run is not None and result.run.cause == "sandbox_lost":
                 self.service.release(held)
-            live.close(ResultEvent(result=_exec_result(result, raw)))
+            live.close(ResultEvent(result=_exec_result(result, raw, streams=body.result_streams)))
 
         self.service.spawn(job)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
-                async for event in live.events():
-                    yield _line(event)
+                async for item in live.items():
+                    yield _chunk_line(*item) if isinstance(item, tuple) else _line(item)
             finally:
                 live.detach()  # a client gone mid-stream: the command goes on into its artifact
 
+        async def frames() -> AsyncIterator[bytes]:
+            try:
+                async for item in live.items():
+                    if isinstance(item, tuple):
+                        yield _frame(_FRAME_KIND[item[0]], item[1])
+                    else:
+                        yield _frame(_EVENT_KIND, item.model_dump_json().encode())
+            finally:
+                live.detach()
+
+        if _wants_frames(request):
+            return StreamingResponse(frames(), media_type=EXEC_FRAMES)
         return StreamingResponse(lines(), media_type=_NDJSON)
 
     # -- write and files ---------------------------------------------------------------------------------------
 
     async def _gated_bash(
-        self, held: Held, owner: str | None, command: str, *, stdin: bytes | StdinFile | None = None
+        self,
+        held: Held,
+        owner: str | None,
+        command: str,
+        *,
+        stdin: bytes | StdinFile | None = None,
+        wait: bool = True,
     ) -> tuple[ToolResult, RawStreams]:
         raw = RawStreams(self.svc.download_max_bytes)
-        handler = self.service.approval_handler(held.session.id, owner)
+        handler = self.service.approval_handler(held.session.id, owner) if wait else None
 
         async def run() -> ToolResult:
             async with self.service.using(held):
@@ -347,13 +385,14 @@ class _Api:
         body = await self.parse(request, WriteRequest)
         held = await self.held(request)
         owner = self.owner(request)
+        wait = body.approvals == "wait"
         if body.parents:
             parent = posixpath.dirname(body.path)
             if parent:
-                made, _ = await self._gated_bash(held, owner, f"mkdir -p -- {shlex.quote(parent)}")
+                made, _ = await self._gated_bash(held, owner, f"mkdir -p -- {shlex.quote(parent)}", wait=wait)
                 if made.outcome != "completed":
                     return _json(_wire(made))
-        handler = self.service.approval_handler(held.session.id, owner)
+        handler = self.service.approval_handler(held.session.id, owner) if wait else None
 
         async def run() -> ToolResult:
             async with self.service.using(held):
@@ -363,7 +402,7 @@ class _Api:
         if result.outcome == "completed" and body.mode is not None:
             path = str((result.data or {}).get("path") or body.path)
             mode = body.mode.lstrip("0") or "0"
-            chmod, _ = await self._gated_bash(held, owner, f"chmod {mode} -- {shlex.quote(path)}")
+            chmod, _ = await self._gated_bash(held, owner, f"chmod {mode} -- {shlex.quote(path)}", wait=wait)
             if chmod.outcome != "completed":
                 return _json(_wire(chmod))
             # The write reports the mode it staged with; say what the file has now.
@@ -633,13 +672,13 @@ def _wire(result: ToolResult) -> Result:
     return Result.model_validate(result.model_dump(exclude=set(_TEXT_STREAMS)))
 
 
-def _exec_result(result: ToolResult, raw: RawStreams) -> ExecResult:
+def _exec_result(result: ToolResult, raw: RawStreams, *, streams: bool = True) -> ExecResult:
     stdout, stdout_whole = raw.get("stdout")
     stderr, stderr_whole = raw.get("stderr")
     return ExecResult(
         **_wire(result).model_dump(),
-        stdout=stdout,
-        stderr=stderr,
+        stdout=stdout if streams else b"",
+        stderr=stderr if streams else b"",
         stdout_whole=stdout_whole,
         stderr_whole=stderr_whole,
     )
@@ -661,9 +700,21 @@ def _cancelled(raw: RawStreams, artifact_id: str | None) -> ExecResult:
     )
 
 
+_HINTS_HEADER: Final = "x-executor-hints"
+"""A request header naming who reads the results (``cli`` for the thin CLI): their recovery hints are written in
+that reader's words (default: the Python API's)."""
+
+
 def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def guarded(request: Request) -> Response:
         try:
+            reader = request.headers.get(_HINTS_HEADER)
+            if reader == "cli":
+                with results_read_by("cli"):
+                    return await handler(request)
+            if reader == "mcp":
+                with results_read_by("mcp"):
+                    return await handler(request)
             return await handler(request)
         except _HttpError as exc:
             return _error(exc.status, exc.type, str(exc))

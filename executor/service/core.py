@@ -130,13 +130,21 @@ class LiveStream:
 
     async def events(self) -> AsyncIterator[ChunkEvent | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent]:
         """The events in order, until the final one."""
+        async for item in self.items():
+            yield ChunkEvent(stream=item[0], data=item[1]) if isinstance(item, tuple) else item
+
+    async def items(
+        self,
+    ) -> AsyncIterator[tuple[Stream, bytes] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent]:
+        """The events in order, until the final one, with chunks as plain ``(stream, bytes)`` pairs: the hot path of
+        a stream builds no model per chunk."""
         while True:
             while self._events:
                 item = self._events.popleft()
                 if isinstance(item, tuple):
                     name, data = item
                     self._buffered[name] -= len(data)
-                    yield ChunkEvent(stream=name, data=bytes(data))
+                    yield name, bytes(data)
                 else:
                     yield item
             if self._closed:
@@ -523,7 +531,7 @@ class Service:
             self._pending[approval_id] = pending
             try:
                 if notify is not None:
-                    notify(PendingEvent(approval_id=approval_id, summary=request.summary))
+                    notify(PendingEvent(approval_id=approval_id, summary=request.summary, reasons=request.reasons))
                 with trio.move_on_after(timeout):
                     await pending.answered.wait()
                 return pending.answer

@@ -9,6 +9,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 from executor.service.wire import (
+    EXEC_FRAMES,
     ApprovalAnswer,
     ApprovalView,
     ErrorResponse,
@@ -161,11 +162,19 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "parameters": _params(None, *session_path),
                 "requestBody": _json_body(ExecRequest),
                 "responses": {
-                    "200": _ok(
-                        "ndjson: one ExecEvent per line, ending with a result or an error",
-                        exec_event,
-                        "application/x-ndjson",
-                    ),
+                    "200": {
+                        "description": (
+                            "ndjson: one ExecEvent per line, ending with a result or an error. With "
+                            f"`Accept: {EXEC_FRAMES}` the same events as binary frames: 1 byte kind, 3 zero bytes, "
+                            "the payload's length (4 bytes, big-endian), the payload; kind 1 raw stdout bytes, kind 2 "
+                            "raw stderr bytes, kind 3 one JSON ExecEvent (dropped, approval, result or error; never "
+                            "chunk), the last one a result or an error"
+                        ),
+                        "content": {
+                            "application/x-ndjson": {"schema": exec_event},
+                            EXEC_FRAMES: {"schema": {"type": "string", "format": "binary"}},
+                        },
+                    },
                     **_errors(400, 404, 502),
                 },
             }

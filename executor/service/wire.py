@@ -17,6 +17,7 @@ from executor.models import RunResult
 
 __all__ = [
     "API_VERSION",
+    "EXEC_FRAMES",
     "ApprovalAnswer",
     "ApprovalView",
     "ChunkEvent",
@@ -46,6 +47,12 @@ __all__ = [
 
 API_VERSION = "v1"
 """The JSON API's version: its path prefix."""
+
+EXEC_FRAMES = "application/vnd.executor.exec-frames"
+"""The exec stream's binary framing, which a client asks for with ``Accept``: each frame is 1 byte kind, 3 zero
+bytes, the payload's length as 4 bytes big-endian, then the payload. Kind 1: stdout bytes, kind 2: stderr bytes,
+both raw as they arrived; kind 3: one UTF-8 JSON event (``dropped``, ``approval``, then a final ``result`` or
+``error``), the same object as its ndjson line. Without that ``Accept`` the stream is ndjson (``ExecEvent`` lines)."""
 
 Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
 """How a tool call ended (the in-process API's vocabulary)."""
@@ -136,6 +143,10 @@ class ExecRequest(_Wire):
     approvals: Literal["wait", "none"] = "wait"
     """``wait``: an ask waits (up to ``service.approval_timeout_s``) for ``POST /v1/approvals/{id}``; ``none``: an
     ask comes back ``blocked``."""
+    result_streams: bool = True
+    """Carry the raw streams in the final result (``false``: its ``stdout``/``stderr`` are empty, for a client that
+    kept the live chunks itself; ``*_whole`` still says whether the first ``service.result_stream_max_bytes`` held
+    all of each)."""
 
 
 class Result(_Wire):
@@ -202,6 +213,8 @@ class PendingEvent(_Wire):
     """The pending approval's id."""
     summary: str
     """What is asked."""
+    reasons: tuple[str, ...] = ()
+    """Why the gate asks."""
 
 
 class ResultEvent(_Wire):
@@ -247,6 +260,8 @@ class WriteRequest(_Wire):
     """Create missing parent folders first (a gated ``mkdir -p``)."""
     mode: str | None = Field(None, pattern=r"^0?[0-7]{3,4}$")
     """Octal mode to set afterwards (a gated ``chmod``), like ``"755"``."""
+    approvals: Literal["wait", "none"] = "wait"
+    """As for exec: ``none`` makes an ask come back ``blocked`` at once."""
 
 
 class TaskStart(_Wire):

@@ -7,10 +7,13 @@ module-level functions are pure: a run's header, its orphans note and its outcom
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Final, Literal
 
 from executor.artifacts import ReadPage, SearchPage, SessionArtifacts
-from executor.artifacts.hints import Surface, hints_for
+from executor.artifacts.hints import Hints, Surface, hints_for
 from executor.artifacts.view import bounded_view, render_read_page, render_search_page
 from executor.config import Profile, Settings
 from executor.errors import ExecutorError
@@ -105,6 +108,21 @@ def orphans_note(result: RunResult) -> str:
     return "\n".join(lines) + "]"
 
 
+_READER: ContextVar[Surface | None] = ContextVar("executor_results_read_by", default=None)
+
+
+@contextmanager
+def results_read_by(surface: Surface) -> Iterator[None]:
+    """Write the recovery hints of the results made in this context (and in tasks it starts) for ``surface``'s
+    reader rather than the session's own: the service answers the thin CLI (``cli``) and programs (``python``)
+    from one session."""
+    token = _READER.set(surface)
+    try:
+        yield
+    finally:
+        _READER.reset(token)
+
+
 class Views:
     """A session's presentation: focused or bounded views of its artifacts, and sanitizing of every text shown."""
 
@@ -118,11 +136,17 @@ class Views:
         surface: Surface,
     ) -> None:
         self.session_id = session_id
-        self.hints = hints_for(surface)
-        """The recovery calls in the words of the surface that reads this session's results."""
+        self._hints = hints_for(surface)
         self._settings = settings
         self._artifacts = artifacts
         self._gatekeeper = gatekeeper
+
+    @property
+    def hints(self) -> Hints:
+        """The recovery calls in the words of the surface that reads this session's results (see
+        :func:`results_read_by`)."""
+        reader = _READER.get()
+        return self._hints if reader is None else hints_for(reader)
 
     async def sanitize(self, text: str, *, action_id: str | None = None, artifact_id: str | None = None) -> str:
         """Judge (reflex ``sanitize``) and clean the exact text the model will see."""

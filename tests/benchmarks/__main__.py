@@ -1,9 +1,10 @@
 """``just bench``: the executor's numbers side by side with the raw Docker floor, measured in the same run.
 
-``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,...,pure,runtimes,pool]``
+``python -m tests.benchmarks [--iters N] [--sizes 20,200] [--sections roundtrip,...,pure,runtimes,pool,cli]``
 prints one table (name | executor | raw | ratio | target | met) and writes every row as JSON to
 ``.bench/<date>.json`` (gitignored). See ``bench_exec``, ``bench_artifacts``, ``bench_pure``, ``bench_runtime``
-(runc beside gVisor's runsc) and ``bench_pool`` for what each row measures.
+(runc beside gVisor's runsc), ``bench_pool`` and ``bench_cli`` (the CLI through a service beside ``docker exec``)
+for what each row measures.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks.bench_cli import run as run_cli
 from tests.benchmarks.bench_exec import ExecBenchConfig
 from tests.benchmarks.bench_exec import run as run_exec
 from tests.benchmarks.bench_pool import run as run_pool
@@ -40,6 +42,7 @@ _SECTIONS = (
     "pure",
     "runtimes",
     "pool",
+    "cli",
     *SERVICE_SECTIONS,
 )
 
@@ -61,6 +64,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--sections", default=",".join(_SECTIONS), help="comma-separated subset of " + ",".join(_SECTIONS)
     )
     parser.add_argument("--pool-iters", type=int, default=12, help="warm claims and cold opens each (section 7)")
+    parser.add_argument("--cli-iters", type=int, default=30, help="CLI calls per variant (section 8)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the interleaving order")
     parser.add_argument("--json", type=Path, default=None, help="where to write the rows (default .bench/<date>.json)")
     args = parser.parse_args(argv)
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         conc_pipeline=args.conc_pipeline,
         conc_raw=args.conc_raw,
         kill_iters=args.kill_iters,
-        sections=sections - {"artifacts", "pure", "runtimes", "pool", *SERVICE_SECTIONS},
+        sections=sections - {"artifacts", "pure", "runtimes", "pool", "cli", *SERVICE_SECTIONS},
         seed=args.seed,
     )
     started = datetime.now(UTC)
@@ -182,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     if "pool" in sections:
         print("==> warm pool (claim vs cold open, 50 opens against 8, rm -f refill, idle memory)", file=sys.stderr)
         rows += run_pool(args.pool_iters)
+    if "cli" in sections:
+        print(
+            "==> cli (exec through a service vs docker exec vs in-process; 200 MB to stdout; import)", file=sys.stderr
+        )
+        rows += run_cli(iters=args.cli_iters)
     if sections & set(SERVICE_SECTIONS):
         print("==> service through executor.client (200 MB streams, 64 client execs, RSS)", file=sys.stderr)
         rows += run_service(sorted(sections & set(SERVICE_SECTIONS)))

@@ -1,4 +1,5 @@
-"""`executor bg` end to end: start, read by offsets, list and stop a background task in a named session."""
+"""`executor bg` end to end, in-process and over a running service: start, read by offsets, list and stop a
+background task in a named session, and read its artifact."""
 
 from __future__ import annotations
 
@@ -16,13 +17,22 @@ from executor.testing.cli import cli, named_session
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 
 
-def test_background_task_lifecycle(home: Path) -> None:
-    """A started task is listed, read from offsets until its output arrives, stopped, and then reported ended."""
+SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s"}
+
+
+def test_background_task_lifecycle(either_home: Path) -> None:
+    """A started task is listed, read from offsets until its output arrives, stopped, and then reported ended; its
+    artifact id leads to its output."""
+    home = either_home
     with named_session(home) as name:
-        started = cli(home, "bg", "start", "--session", name, "--json", "--", "echo first; echo second; sleep 60")
+        argv = ("bg", "start", "--session", name, "--json", "--", "echo first; echo second; sleep 60")
+        not_yet = cli(home, *argv)
+        assert not_yet.code == 2 and "--create" in not_yet.json()["error"]
+        started = cli(home, "bg", "start", "--create", *argv[2:])
         assert started.code == 0, started.stderr
         data = started.json()
         assert set(data) == {"outcome", "exit_code", "task_id", "artifact_id", "action_id", "text", "session"}
+        assert set(data["session"]) == SESSION_KEYS and data["session"]["name"] == name
         task = data["task_id"]
         assert data["outcome"] == "completed" and task
 
@@ -45,19 +55,32 @@ def test_background_task_lifecycle(home: Path) -> None:
         assert rest.json()["text"].endswith("\nsec")
 
         stopped = cli(home, "bg", "stop", task, "--session", name, "--json")
-        assert stopped.code == 0
+        assert stopped.code == 0 and stopped.json()["outcome"] == "completed"
         assert stopped.json()["task"]["running"] is False
         assert stopped.json()["task"]["result"]["cause"] in ("cancelled", "signaled")
 
         ended = cli(home, "bg", "ls", "--session", name)
         assert ended.code == 0 and f"{task}" in ended.stdout and "ended" in ended.stdout
 
+        # Over a service (which mirrors the task while it runs) the artifact `bg start` named holds the task's
+        # output; in-process the starting CLI is gone at once, and the ended task's complete artifact is the one
+        # `bg ls` names (made by the next call that attached after it ended).
+        artifact = data["artifact_id"]
+        if home.joinpath("service.sock").exists():
+            listed_ended = cli(home, "--json", "bg", "ls", "--session", name).json()["tasks"]
+            assert [t["artifact_id"] for t in listed_ended] == [artifact]
+        else:
+            artifact = cli(home, "--json", "bg", "ls", "--session", name).json()["tasks"][0]["artifact_id"]
+        paged = cli(home, "--json", "output", "read", artifact)
+        assert paged.code == 0 and "first\nsecond" in paged.json()["text"], paged.stdout
+
         unknown = cli(home, "bg", "stop", "t999", "--session", name, "--json")
         assert unknown.code == 2 and "no background task" in unknown.json()["error"]
 
 
-def test_background_tasks_need_a_session(home: Path) -> None:
+def test_background_tasks_need_a_session(either_home: Path) -> None:
     """Without --session, bg commands exit 2 before starting anything."""
+    home = either_home
     ran = cli(home, "bg", "start", "--json", "--", "sleep 1")
     assert ran.code == 2 and "--session" in ran.json()["error"]
     missing = cli(home, "bg", "ls", "--session", "cli-test-never-started")
@@ -84,7 +107,7 @@ def test_read_follow_prints_lines_as_they_come_and_exits_with_the_tasks_code(hom
     seeing the line), then the rest, and exits with the task's own code."""
     with named_session(home) as name:
         script = "echo one; while [ ! -e go ]; do sleep 0.05; done; printf 'two é\\n'; exit 3"
-        started = cli(home, "bg", "start", "--session", name, "--json", "--", script)
+        started = cli(home, "bg", "start", "--session", name, "--create", "--json", "--", script)
         assert started.code == 0, started.stderr
         task = started.json()["task_id"]
         env = {**os.environ, "EXECUTOR_HOME": str(home)}

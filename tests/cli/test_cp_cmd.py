@@ -46,13 +46,13 @@ def test_a_folder_goes_in_and_comes_back_exact(home: Path, tmp_path: Path) -> No
     """A folder with nested files, modes and a symlink copies in and back out byte for byte, modes and link kept."""
     src = make_tree(tmp_path)
     with named_session(home) as name:
-        assert cli(home, "exec", "--session", name, "--", "true").code == 0
+        assert cli(home, "exec", "--session", name, "--create", "--", "true").code == 0
         put = cli(home, "--json", "cp", str(src), f"{name}:in")
         assert put.code == 0, put.stdout + put.stderr
         data = put.json()
         assert data["outcome"] == "completed" and data["direction"] == "to_session"
         assert (data["files"], data["bytes"], data["entries"]) == (3, 256 * 3000 + 8 + 2, 7)
-        assert data["artifact_id"] and data["session"].startswith("s-")
+        assert data["artifact_id"] and data["session"]["id"].startswith("s-") and data["session"]["name"] == name
         modes = cli(home, "exec", "--session", name, "--", "stat -c '%a %n' in/src/run.sh in/src/secret")
         assert "750 in/src/run.sh" in modes.stdout and "600 in/src/secret" in modes.stdout
         back = cli(home, "--json", "cp", "--session", name, ":in/src", str(tmp_path / "back"))
@@ -72,6 +72,7 @@ def test_unsafe_archive_missing_path_and_bounds(home: Path, tmp_path: Path, monk
             "exec",
             "--session",
             name,
+            "--create",
             "--",
             "mkdir -p evil big && ln -s /etc evil/etc && head -c 20000 /dev/urandom > big/noise",
         )

@@ -1,4 +1,5 @@
-"""`executor exec` end to end: the command's status, the gate's codes, timeouts and the --json shape."""
+"""`executor exec` end to end, in-process and over a running service (the thin path): the command's status, the
+gate's codes, timeouts, the raw streams, --view and the --json shape."""
 
 from __future__ import annotations
 
@@ -29,19 +30,30 @@ RESULT_KEYS = {
 }
 
 
+SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s"}
+
+
 @pytest.mark.docker
-def test_throwaway_session_prints_the_view_and_is_removed(home: Path) -> None:
+def test_throwaway_session_gives_the_json_shape_and_is_removed(either_home: Path) -> None:
     """Without --session the command runs in a session that is gone afterwards; --json has the stable shape."""
+    home = either_home
     ran = cli(home, "exec", "--json", "--", "echo", "hello world")
     assert ran.code == 0, ran.stderr
     data = ran.json()
     assert set(data) == RESULT_KEYS
     assert (data["outcome"], data["exit_code"], data["command_exit_code"]) == ("completed", 0, 0)
     assert "hello world" in data["text"]
-    assert data["artifact_id"].startswith(data["session"] + ".a")
+    assert (data["stdout"], data["stdout_complete"], data["stderr"], data["stderr_complete"]) == (
+        "hello world\n",
+        True,
+        "",
+        True,
+    )
+    assert set(data["session"]) == SESSION_KEYS and data["session"]["name"] is None
+    assert data["artifact_id"].startswith(data["session"]["id"] + ".a")
     assert data["run"]["cause"] == "exited" and data["run"]["stream_bytes"]["stdout"] == len("hello world\n")
     left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"name=executor-{data['session']}"],
+        ["docker", "ps", "-aq", "--filter", f"name=executor-{data['session']['id']}"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -51,12 +63,23 @@ def test_throwaway_session_prints_the_view_and_is_removed(home: Path) -> None:
 
 
 @pytest.mark.docker
-def test_exit_codes_in_a_named_session(home: Path) -> None:
-    """A named session is created on first use; each way a command ends has its own exit code and outcome."""
+def test_exit_codes_in_a_named_session(either_home: Path) -> None:
+    """A named session must exist (or --create it); the raw streams go to stdout and stderr; each way a command
+    ends has its own exit code and outcome, and the executor's own endings say why on stderr in one line."""
+    home = either_home
     with named_session(home) as name:
-        failed = cli(home, "exec", "--session", name, "--", "echo out; exit 3")
-        assert failed.code == 3
-        assert failed.stdout.startswith("[exit 3 after ") and "out" in failed.stdout
+        missing = cli(home, "exec", "--session", name, "--", "true")
+        assert missing.code == 2 and missing.stdout == ""
+        assert f"no session {name!r}: add --create" in missing.stderr and missing.stderr.count("\n") == 1
+        missing_json = cli(home, "exec", "--json", "--session", name, "--", "true")
+        assert missing_json.code == 2 and missing_json.json()["outcome"] == "error"
+        assert "--create" in missing_json.json()["error"]
+
+        failed = cli(home, "exec", "--session", name, "--create", "--", "echo out; echo err >&2; exit 3")
+        assert (failed.code, failed.stdout, failed.stderr) == (3, "out\n", "err\n")
+        viewed = cli(home, "exec", "--session", name, "--view", "--", "echo out; exit 3")
+        assert viewed.code == 3
+        assert viewed.stdout.startswith("[exit 3 after ") and "out" in viewed.stdout and "artifact" in viewed.stdout
 
         own_124 = cli(home, "--json", "exec", "--session", name, "--", "exit 124")
         assert own_124.code == 124
@@ -67,6 +90,9 @@ def test_exit_codes_in_a_named_session(home: Path) -> None:
         data = timeout.json()
         assert (data["outcome"], data["exit_code"], data["run"]["cause"]) == ("timeout", 124, "timeout")
         assert data["text"].startswith("[timed out after 300 ms")
+        timeout_raw = cli(home, "exec", "--session", name, "--timeout-ms", "300", "--", "echo started; sleep 30")
+        assert (timeout_raw.code, timeout_raw.stdout) == (124, "started\n")
+        assert re.fullmatch(r"executor: timeout: \[timed out after 300 ms[^\n]*\n", timeout_raw.stderr)
 
         signaled = cli(home, "exec", "--session", name, "--", "kill -TERM $$")
         assert signaled.code == 128 + 15
@@ -77,11 +103,17 @@ def test_exit_codes_in_a_named_session(home: Path) -> None:
         assert set(data) == RESULT_KEYS
         assert (data["outcome"], data["run"], data["artifact_id"]) == ("denied", None, None)
         assert "recursive-delete-of-root-or-home" in data["text"]
+        denied_raw = cli(home, "exec", "--session", name, "--", "rm -rf /")
+        assert (denied_raw.code, denied_raw.stdout) == (77, "")
+        assert denied_raw.stderr.startswith("executor: denied: ") and denied_raw.stderr.count("\n") == 1
 
         blocked = cli(home, "exec", "--session", name, "--json", "--", "git reset --hard HEAD~3")
         assert blocked.code == 75
         assert (blocked.json()["outcome"], blocked.json()["run"]) == ("blocked", None)
         assert blocked.json()["text"].startswith("BLOCKED")
+        blocked_raw = cli(home, "exec", "--session", name, "--", "git reset --hard HEAD~3")
+        assert (blocked_raw.code, blocked_raw.stdout) == (75, "")
+        assert blocked_raw.stderr.startswith("executor: blocked: BLOCKED") and blocked_raw.stderr.count("\n") == 1
 
         over_cap = cli(home, "exec", "--session", name, "--timeout-ms", "99999999", "--json", "--", "true")
         assert over_cap.code == 2
@@ -100,17 +132,20 @@ def test_exit_codes_in_a_named_session(home: Path) -> None:
             'echo "$GREETING"; cat',
             stdin=b"from stdin",
         )
-        assert fed.code == 0 and "hi\nfrom stdin" in fed.stdout
+        assert (fed.code, fed.stdout) == (0, "hi\nfrom stdin")
 
 
-def test_bad_input_exits_2_before_any_session(home: Path) -> None:
+@pytest.mark.docker
+def test_bad_input_exits_2_before_any_session(either_home: Path) -> None:
     """A malformed option is refused with exit 2 and a JSON error, and no session is started for it."""
+    home = either_home
     bad_env = cli(home, "exec", "--json", "--env", "NOEQUALS", "--", "true")
     assert bad_env.code == 2
     assert bad_env.json() == {"outcome": "error", "error": "--env 'NOEQUALS' is not KEY=VALUE", "exit_code": 2}
     bad_focus = cli(home, "exec", "--focus-mode", "loud", "--", "true")
     assert bad_focus.code == 2 and "--focus-mode 'loud'" in bad_focus.stderr
-    assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+    ls = cli(home, "--json", "session", "ls")
+    assert ls.json()["sessions"] == []
 
 
 def test_a_paused_session_gives_exit_125_unresponsive_then_a_clear_error(home: Path) -> None:
@@ -153,3 +188,98 @@ def test_a_paused_session_gives_exit_125_unresponsive_then_a_clear_error(home: P
         after = cli(home, "--json", "exec", "--session", name, "--", "true")
         assert after.code == 125
         assert re.match(rf"^session {name} is unhealthy since .*executor session stop {name}", after.json()["error"])
+
+
+@pytest.mark.docker
+def test_output_streams_live_and_byte_exact(either_home: Path) -> None:
+    """Each line reaches the CLI's stdout when the command prints it (the command then waits for a file this test
+    creates only after seeing that line), and binary output of several MiB arrives byte for byte on both streams."""
+    import hashlib
+    import sys
+    import time
+
+    from executor.testing.cli import cli_env
+
+    home = either_home
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        script = "echo first; while [ ! -e go ]; do sleep 0.05; done; echo second"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", script],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=cli_env(home),
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"first\n"
+            assert proc.poll() is None  # still waiting for the file: the line came live
+            assert cli(home, "exec", "--session", name, "--", "touch go").code == 0
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert (proc.returncode, rest, err) == (0, b"second\n", b"")
+
+        size = 3 * 1024 * 1024  # under the service's per-stream buffer: nothing can be dropped
+        made = cli(home, "exec", "--session", name, "--", f"head -c {size} /dev/urandom > blob; sha256sum < blob")
+        digest = made.stdout.split()[0]
+        started = time.monotonic()
+        both = cli(home, "exec", "--session", name, "--", "cat blob; cat blob >&2")
+        assert both.code == 0, both.stderr[-500:]
+        assert len(both.stdout_bytes) == len(both.stderr_bytes) == size, time.monotonic() - started
+        assert hashlib.sha256(both.stdout_bytes).hexdigest() == digest
+        assert hashlib.sha256(both.stderr_bytes).hexdigest() == digest
+        as_json = cli(home, "--json", "exec", "--session", name, "--", "head -c 2000000 blob")
+        data = as_json.json()
+        assert data["stdout_complete"] is False and data["stdout"]  # bounded, and says so
+
+
+@pytest.mark.docker
+def test_an_ask_is_answered_at_the_terminal(either_home: Path) -> None:
+    """With stdin and stderr on a terminal, an ask is shown there and a 'y' runs the command (in-process, and over
+    the service through the exec stream's approval event); 'n' denies it (exit 77)."""
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    from executor.testing.cli import cli_env
+
+    home = either_home
+
+    def answered(name: str, answer: bytes) -> tuple[int, bytes, bytes]:
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", "git reset --hard HEAD~3"],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env=cli_env(home),
+        )
+        os.close(slave)
+        shown = b""
+        try:
+            deadline = time.monotonic() + 120
+            while b"[y/N]" not in shown:
+                assert time.monotonic() < deadline and proc.poll() is None, shown
+                ready, _, _ = select.select([master], [], [], 0.5)
+                if ready:
+                    shown += os.read(master, 4096)
+            os.write(master, answer + b"\n")
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(master)
+        return proc.returncode, out, shown
+
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        code, out, shown = answered(name, b"y")
+        assert b"=== approval needed ===" in shown and b"git reset --hard HEAD~3" in shown
+        assert code == 128 and out == b""  # it ran: git says there is no repository (on stderr, the terminal)
+        code, out, _ = answered(name, b"n")
+        assert code == 77 and out == b""

@@ -18,8 +18,10 @@ _MOST_CALLS = 14
 def test_every_hint_in_the_cli_is_a_command_that_succeeds(home: Path) -> None:
     """Hints of exec, bg start and output read|search parse as command lines and exit 0 when run."""
     with named_session(home) as name:
-        ran = cli(home, "exec", "--session", name, "--", "seq 1 3000; echo oops >&2")
-        long = cli(home, "exec", "--session", name, "--", "head -c 20000 /dev/zero | tr '\\0' x; echo; echo tail")
+        ran = cli(home, "exec", "--session", name, "--create", "--view", "--", "seq 1 3000; echo oops >&2")
+        long = cli(
+            home, "exec", "--session", name, "--view", "--", "head -c 20000 /dev/zero | tr '\\0' x; echo; echo tail"
+        )
         started = cli(home, "bg", "start", "--session", name, "--", "seq 1 3")
         for done in (ran, long, started):
             assert done.code == 0, done.stdout + done.stderr

@@ -39,9 +39,9 @@ def _exec(home: Path, name: str, command: str) -> subprocess.Popen[bytes]:
 def test_concurrent_execs_on_one_named_session_leave_a_whole_verified_journal(home: Path) -> None:
     """Eight concurrent `exec --session` calls, two rounds, 2,000 lines each: every artifact exact, journal whole."""
     with named_session(home) as name:
-        first = cli(home, "--json", "exec", "--session", name, "--", "true")
+        first = cli(home, "--json", "exec", "--session", name, "--create", "--", "true")
         assert first.code == 0, first.stderr
-        session_id = first.json()["session"]
+        session_id = first.json()["session"]["id"]
         for _ in range(2):
             calls = [_exec(home, name, "seq 1 2000") for _ in range(8)]
             for call in calls:
@@ -63,9 +63,9 @@ def test_concurrent_execs_on_one_named_session_leave_a_whole_verified_journal(ho
 def test_a_killed_exec_leaves_an_interrupted_artifact_with_its_bytes_readable(home: Path) -> None:
     """SIGKILL of the CLI mid-command: the next call finalises the artifact as interrupted and reads its lines."""
     with named_session(home) as name:
-        first = cli(home, "--json", "exec", "--session", name, "--", "true")
+        first = cli(home, "--json", "exec", "--session", name, "--create", "--", "true")
         assert first.code == 0, first.stderr
-        session_id = first.json()["session"]
+        session_id = first.json()["session"]["id"]
         call = _exec(home, name, "for i in $(seq 1 100000); do echo line $i; sleep 0.01; done")
         artifacts = home / "sessions" / session_id / "artifacts"
         deadline = time.monotonic() + 120

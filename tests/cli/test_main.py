@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from executor.cli.main import hoist_json
+from executor.cli.app import hoist_json
 
 
 def test_json_after_the_command_moves_to_the_root() -> None:

@@ -19,14 +19,17 @@ def _judgments(home: Path, session: str, artifact: str) -> int:
 
 
 @pytest.mark.docker
-def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home: Path) -> None:
-    """Pages have true line numbers and receipts, JSON holds no raw match text, and reading needs no container."""
+def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(either_home: Path) -> None:
+    """Pages have true line numbers and receipts, JSON holds no raw match text, a search without --stream searches
+    every stream and exits 1 on no match, and reading needs no container; in-process and over a service alike."""
+    home = either_home
     with named_session(home) as name:
         ran = cli(
             home,
             "exec",
             "--session",
             name,
+            "--create",
             "--json",
             "--stdin",
             "-",
@@ -36,7 +39,7 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home
         )
         assert ran.code == 0, ran.stderr
         artifact = ran.json()["artifact_id"]
-        session = ran.json()["session"]
+        session = ran.json()["session"]["id"]
         judged_by_exec = _judgments(home, session, artifact)
 
         page = cli(home, "output", "read", artifact, "--session", name, "--start-line", "100", "--line-count", "3")
@@ -47,12 +50,25 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home
         found = cli(home, "output", "search", artifact, "--pattern", "^25", "--limit", "2", "--json")
         assert found.code == 0
         data = found.json()
-        assert set(data) == {"outcome", "exit_code", "artifact_id", "session", "text", "page"}
-        assert (data["outcome"], data["session"]) == ("completed", session)
+        assert set(data) == {"outcome", "exit_code", "artifact_id", "session", "text", "page", "pages", "matches"}
+        assert (data["outcome"], data["exit_code"], data["session"]["id"]) == ("completed", 0, session)
         assert [m["line"] for m in data["page"]["matches"]] == [25, 250]
+        assert [page["stream"] for page in data["pages"]] == ["stdout", "stderr"] and data["matches"] == 2
         assert all("text" not in m for m in data["page"]["matches"])
         assert data["page"]["next_start_line"] == 251
         assert data["text"].startswith("25: 25\n250: 250\n")
+
+        in_stderr = cli(home, "output", "search", artifact, "--pattern", "red")
+        assert in_stderr.code == 0 and "red" in in_stderr.stdout
+        nothing = cli(home, "--json", "output", "search", artifact, "--pattern", "^never$")
+        assert nothing.code == 1
+        assert (nothing.json()["outcome"], nothing.json()["exit_code"], nothing.json()["matches"]) == (
+            "completed",
+            1,
+            0,
+        )
+        one_stream = cli(home, "output", "search", artifact, "--stream", "stdout", "--pattern", "red")
+        assert one_stream.code == 1
 
     # The session is stopped: the artifacts stay on the host and are still served, sanitized.
     red = cli(home, "--json", "output", "read", artifact, "--stream", "stderr")
@@ -60,7 +76,8 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(home
     assert "\x1b" not in red.stdout and "red" in red.json()["text"]
     assert "\x1b" not in red.json()["text"]
     # Reading goes through the pipeline: each page's sanitize judgment is journaled in the session's journal.
-    assert _judgments(home, session, artifact) == judged_by_exec + 3  # read, search, read
+    # read; search (stdout, stderr) three times and once with --stream; read
+    assert _judgments(home, session, artifact) == judged_by_exec + 9
 
 
 def test_unknown_ids_and_bad_ranges_exit_2(home: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from executor.cli.main import app, hoist_json
+from executor.cli.app import app, hoist_json
 from executor.config import JournalSettings, load_settings
 from executor.errors import ConfigError
 from executor.gate.decision import GATE_TABLE

@@ -29,27 +29,47 @@ def _json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return data
 
 
+SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s"}
+
+
 @pytest.mark.docker
-def test_session_lifecycle_in_json(base_image: str, home: Path) -> None:
-    """start prints the session, ls lists it by name, stop by name removes it, and stop again exits 2."""
+def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
+    """start prints the session, ls lists it by name (as text: with age, idle time and owner), stop by name removes
+    it, and stop again exits 2; in-process and over a running service alike."""
+    home = either_home
     name = "cli-" + os.urandom(4).hex()
     started = _executor(home, "session", "start", "--name", name)
     assert started.returncode == 0, started.stdout + started.stderr
+    assert _json(started)["outcome"] == "completed" and _json(started)["exit_code"] == 0
     session = _json(started)["session"]
     try:
+        assert set(session) == SESSION_KEYS
         assert session["name"] == name and session["state"] == "running" and session["profile"] == "default"
         journal = home / "sessions" / session["id"] / "journal.ndjson"
         opened = json.loads(journal.read_text(encoding="utf-8").splitlines()[0])
         assert (opened["type"], opened["policy"]) == ("session_opened", "default")
-        listed = _json(_executor(home, "session", "ls"))["sessions"]
-        assert any(s["id"] == session["id"] for s in listed)
+        listed = _json(_executor(home, "session", "ls"))
+        assert (listed["outcome"], listed["exit_code"]) == ("completed", 0)
+        assert [set(s) for s in listed["sessions"] if s["id"] == session["id"]] == [SESSION_KEYS]
+        table = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "session", "ls"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "EXECUTOR_HOME": str(home)},
+            check=True,
+        ).stdout.splitlines()
+        assert table[0].split() == ["ID", "NAME", "STATE", "PROFILE", "AGE", "IDLE", "OWNER", "IMAGE"]
+        (row,) = [line.split() for line in table[1:] if name in line]
+        assert row[:4] == [session["id"], name, "running", "default"] and row[4].endswith(("s", "m"))
         stopped = _executor(home, "session", "stop", name)
-        assert stopped.returncode == 0 and _json(stopped) == {"outcome": "ok", "stopped": session["id"]}
+        assert stopped.returncode == 0
+        assert _json(stopped) == {"outcome": "completed", "exit_code": 0, "stopped": session["id"]}
     finally:
         _executor(home, "session", "stop", session["id"])
     again = _executor(home, "session", "stop", name)
     assert again.returncode == 2 and _json(again)["outcome"] == "error"
-    assert _json(_executor(home, "session", "gc"))["outcome"] == "ok"
+    assert _json(_executor(home, "session", "gc"))["outcome"] == "completed"
 
 
 def test_unknown_profile_is_bad_input(home: Path) -> None:
@@ -87,13 +107,14 @@ def test_image_build_is_quiet_in_json_and_reports_up_to_date(base_image: str, ho
 @pytest.mark.docker
 def test_two_homes_and_a_named_session_that_survives_a_stop(base_image: str, home: Path, tmp_path: Path) -> None:
     """Another home neither lists, stops nor cleans up this home's session (unless --all); after the container
-    stops, this home's gc removes it but keeps the workspace, and `exec --session NAME` recreates it on the data."""
+    stops, this home's gc removes it but keeps the workspace, and `exec --session NAME --create` recreates it on the
+    data."""
     other = tmp_path / "other-home"
     other.mkdir()
     name = "cli-" + os.urandom(4).hex()
-    started = _executor(home, "exec", "--session", name, "--", "echo precious > keep.txt")
+    started = _executor(home, "exec", "--session", name, "--create", "--", "echo precious > keep.txt")
     assert started.returncode == 0, started.stdout + started.stderr
-    session = _json(started)["session"]
+    session = _json(started)["session"]["id"]
     try:
         assert name not in {s["name"] for s in _json(_executor(other, "session", "ls"))["sessions"]}
         assert name in {s["name"] for s in _json(_executor(other, "session", "ls", "--all"))["sessions"]}
@@ -107,10 +128,24 @@ def test_two_homes_and_a_named_session_that_survives_a_stop(base_image: str, hom
         mine = _json(_executor(home, "session", "gc"))
         assert f"executor-{session}" in mine["removed"] and mine["kept"] == [f"executor-{session}-workspace"]
         (listed,) = [s for s in _json(_executor(home, "session", "ls"))["sessions"] if s["name"] == name]
-        assert listed["workspace_only"] is True
-        again = _executor(home, "exec", "--session", name, "--", "cat keep.txt")
+        assert listed["state"] == "exited"
+        table = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "session", "ls"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "EXECUTOR_HOME": str(home)},
+            check=True,
+        )
+        assert "(workspace kept; no container)" in next(line for line in table.stdout.splitlines() if name in line)
+        without_create = _executor(home, "exec", "--session", name, "--", "cat keep.txt")  # no container: says how
+        assert (
+            without_create.returncode == 125
+            and f"executor exec --session {name} --create" in _json(without_create)["error"]
+        )
+        again = _executor(home, "exec", "--session", name, "--create", "--", "cat keep.txt")
         assert again.returncode == 0, again.stdout + again.stderr
-        assert _json(again)["session"] == session and "precious" in _json(again)["text"]
+        assert _json(again)["session"]["id"] == session and _json(again)["stdout"] == "precious\n"
     finally:
         _executor(home, "session", "stop", name)
     assert name not in {s["name"] for s in _json(_executor(home, "session", "ls"))["sessions"]}

@@ -1,4 +1,5 @@
-"""`executor write` end to end: content from stdin or a file, the diff in the result, and the gate's codes."""
+"""`executor write` end to end (in-process and over a running service): content from stdin or a file, the diff in the
+result, and the gate's codes."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 WRITE_KEYS = {"outcome", "exit_code", "path", "artifact_id", "action_id", "text", "write", "session"}
 
 
-def test_write_then_replace_shows_the_diff_and_lands_in_the_session(home: Path, tmp_path: Path) -> None:
-    """A write from stdin creates the file, one from --from replaces it with a diff, and the session sees the bytes."""
+def test_write_then_replace_shows_the_diff_and_lands_in_the_session(either_home: Path, tmp_path: Path) -> None:
+    """A write from stdin creates the file, one from --from replaces it with a diff, and the session sees the bytes;
+    in-process and over a running service alike."""
+    home = either_home
     with named_session(home) as name:
-        created = cli(home, "write", "--session", name, "--json", "a.txt", stdin=b"one\ntwo\n")
+        created = cli(home, "write", "--session", name, "--create", "--json", "a.txt", stdin=b"one\ntwo\n")
         assert created.code == 0, created.stderr
         data = created.json()
         assert set(data) == WRITE_KEYS

@@ -22,7 +22,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, ErrorData, TextContent
 from typer.testing import CliRunner
 
-from executor.cli.main import app
+from executor.cli.app import app
 from executor.errors import ConfigError
 from executor.mcp.server import McpSurface, open_surface, owner_for_token, serve_http_app
 from executor.testing import FakeExecutor, FakeSession

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
 import tarfile
 import threading
@@ -72,6 +73,45 @@ def test_exec_streams_chunks_before_the_command_ends(shared_service: ServiceProc
         assert "second" in page.text
         found = client.search_output(session, result.artifact_id, pattern="sec.nd")
         assert found.data is not None and found.data["matches"]
+
+
+def test_exec_frames_carry_raw_bytes_then_the_json_result(shared_service: ServiceProcess) -> None:
+    """Asked for with Accept, the exec stream is binary frames: raw stdout (1) and stderr (2) bytes exactly, then
+    one JSON result (3) without the raw streams when the request says result_streams false; ndjson stays the
+    default."""
+    import struct
+
+    from executor.cli.thin.transport import Target, open_connection
+    from executor.service.wire import EXEC_FRAMES
+
+    with shared_service.client() as client:
+        session = client.create_session().id
+    conn = open_connection(Target("test", unix_path=str(shared_service.socket)), timeout=60)
+    try:
+        command = "printf a; head -c 1 /dev/zero; printf b; printf err >&2; exit 4"
+        body = {"command": command, "result_streams": False, "approvals": "none"}
+        response = conn.send("POST", f"/v1/sessions/{session}/exec", body, accept=EXEC_FRAMES)
+        assert response.getheader("content-type") == EXEC_FRAMES
+        frames: list[tuple[int, bytes]] = []
+        while not response.done:
+            header = response.read(8)
+            if not header:
+                break
+            kind, size = struct.unpack(">B3xI", header)
+            assert header[1:4] == b"\0\0\0"
+            frames.append((kind, response.read(size)))
+        assert b"".join(data for kind, data in frames if kind == 1) == b"a\0b"
+        assert b"".join(data for kind, data in frames if kind == 2) == b"err"
+        (last_kind, last), *_ = frames[::-1]
+        result = json.loads(last)["result"]
+        assert (last_kind, result["outcome"], result["exit_code"]) == (3, "failed", 4)
+        assert (result["stdout"], result["stdout_whole"]) == ("", True)
+        plain = conn.send("POST", f"/v1/sessions/{session}/exec", {"command": "echo hi"})
+        assert (plain.getheader("content-type") or "").startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in plain.read().splitlines()]
+        assert lines[0] == {"kind": "chunk", "stream": "stdout", "data": "aGkK"} and lines[-1]["kind"] == "result"
+    finally:
+        conn.close()
 
 
 def test_bad_input_is_the_executors_own_exception(shared_service: ServiceProcess) -> None:

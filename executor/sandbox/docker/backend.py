@@ -459,7 +459,7 @@ class DockerBackend(Backend):
                 container = "is gone" if info.workspace_only else "stopped"
                 raise SandboxLost(
                     f"session {info.name} is not running (its container {container}; its workspace is kept): "
-                    f"`executor exec --session {info.name}` or `executor session start --name {info.name}` "
+                    f"`executor exec --session {info.name} --create` or `executor session start --name {info.name}` "
                     "recreates its container on that workspace, `executor session stop "
                     f"{info.name}` deletes it"
                 )

@@ -1,0 +1,169 @@
+"""The thin CLI: which command lines it takes, how it falls back or fails when no service answers, and (against a
+real service on the real engine) that it loads none of the executor's heavy dependencies."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from executor.cli.thin.run import EXEC_FRAMES, Delegate, Usage, parse
+from executor.service.wire import EXEC_FRAMES as WIRE_EXEC_FRAMES
+from executor.testing.cli import cli, cli_env, named_session, serving
+
+HEAVY = ("pydantic", "docker", "trio", "typer", "httpx", "anyio")
+
+
+def test_the_framed_media_type_is_the_services() -> None:
+    """The thin client asks for exactly the media type the service answers with."""
+    assert EXEC_FRAMES == WIRE_EXEC_FRAMES
+
+
+def test_parse_takes_session_commands_and_leaves_the_rest_in_process() -> None:
+    """Session commands are parsed here (options anywhere, --json hoisted, -- ends options); operator commands,
+    --help, --debug and in-process-only options are delegated."""
+    parsed = parse(["--json", "exec", "--session", "ci", "--env", "A=1", "--env=B=2", "--view", "--", "ls", "--json"])
+    assert (parsed.command, parsed.json, parsed.options, parsed.repeated) == (
+        ("exec",),
+        True,
+        {"--session": "ci"},
+        {"--env": ["A=1", "B=2"]},
+    )
+    assert parsed.flags == {"--view"} and parsed.words == ["ls", "--json"]
+    assert parse(["exec", "echo", "hi"]).words == ["echo", "hi"]
+    assert parse(["--config", "x.toml", "output", "read", "s-0123456789ab.a1"]).config == "x.toml"
+    assert parse(["bg", "read", "t1", "--session", "ci", "--json"]).positionals == ["t1"]
+    for argv in (
+        ["serve"],
+        ["session", "gc"],
+        ["image", "ls"],
+        ["exec", "--help"],
+        ["--debug", "exec", "--", "true"],
+        ["session", "ls", "--all"],
+        ["bg", "read", "t1", "--session", "ci", "--follow"],
+        ["cp", "a", "ci:b"],
+        [],
+    ):
+        with pytest.raises(Delegate):
+            parse(argv)
+    for argv, message in (
+        (["exec", "--bogus", "--", "true"], "no such option: --bogus"),
+        (["exec", "--session"], "option --session requires an argument"),
+        (["write"], "missing argument"),
+        (["session", "ls", "extra"], "unexpected argument 'extra'"),
+    ):
+        with pytest.raises(Usage, match=re.escape(message)):
+            parse(argv)
+
+
+@pytest.fixture
+def stale_home() -> Iterator[Path]:
+    """A home whose service.sock is a leftover nobody listens on (connections are refused)."""
+    home = Path(tempfile.mkdtemp(prefix="exs-", dir="/tmp"))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(home / "service.sock"))
+    sock.close()
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_stale_default_socket_falls_back_to_in_process(stale_home: Path) -> None:
+    """A refused default socket means "no service": the command runs in-process (here: reads the home's store)."""
+    ran = cli(stale_home, "output", "read", "s-0123456789ab.a7")
+    assert ran.code == 2 and "no artifact 's-0123456789ab.a7'" in ran.stderr
+
+
+def test_usage_errors_are_one_json_object_under_json(stale_home: Path) -> None:
+    """On the thin path a usage error is exit 2 with one JSON object on stdout (one line on stderr without --json)."""
+    ran = cli(stale_home, "exec", "--json", "--bogus", "--", "true")
+    assert ran.code == 2 and ran.stderr == ""
+    assert ran.json() == {
+        "outcome": "error",
+        "error": "no such option: --bogus (see `executor exec --help`)",
+        "exit_code": 2,
+    }
+    text = cli(stale_home, "exec", "--bogus", "--", "true")
+    assert (text.code, text.stdout, text.stderr) == (
+        2,
+        "",
+        "error: no such option: --bogus (see `executor exec --help`)\n",
+    )
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "unix:///nonexistent/executor.sock"])
+def test_an_executor_url_that_does_not_answer_is_exit_125(stale_home: Path, url: str) -> None:
+    """EXECUTOR_URL names a service that must answer: nothing there is an executor failure naming it, never a
+    silent in-process run."""
+    ran = cli(stale_home, "exec", "--", "true", env={"EXECUTOR_URL": url})
+    assert ran.code == 125 and ran.stdout == ""
+    assert ran.stderr.startswith(f"error: no executor service answers at EXECUTOR_URL={url} (")
+    as_json = cli(stale_home, "--json", "session", "ls", env={"EXECUTOR_URL": url})
+    assert as_json.code == 125 and f"EXECUTOR_URL={url}" in as_json.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def service_home(base_image: str) -> Iterator[Path]:
+    """One running service in a private home for this module's engine tests."""
+    home = Path(tempfile.mkdtemp(prefix="exs-", dir="/tmp"))
+    try:
+        with serving(home):
+            yield home
+    finally:
+        cli(home, "session", "gc")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _imported(importtime_stderr: str) -> set[str]:
+    names = set()
+    for line in importtime_stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(240)
+def test_exec_over_the_service_loads_none_of_the_heavy_modules(service_home: Path) -> None:
+    """`executor exec` against a running service imports none of pydantic, docker, trio, typer, httpx, anyio."""
+    with named_session(service_home) as name:
+        assert cli(service_home, "session", "start", "--name", name).code == 0
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "executor.cli", "exec", "--session", name, "--", "echo hi"],
+            capture_output=True,
+            env=cli_env(service_home),
+            timeout=120,
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (0, b"hi\n"), done.stderr[-2000:]
+        loaded = _imported(done.stderr.decode())
+        assert "executor" in loaded and "socket" in loaded  # the measurement itself works
+        assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(240)
+def test_json_objects_over_the_service_have_the_in_process_shapes(service_home: Path) -> None:
+    """The thin commands print the shapes executor.cli.shapes defines (the in-process tests check the same)."""
+    with named_session(service_home) as name:
+        started = cli(service_home, "--json", "session", "start", "--name", name).json()
+        keys = set(started["session"])
+        assert keys == {"id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s"}
+        ran = cli(service_home, "--json", "exec", "--session", name, "--", "echo out").json()
+        assert set(ran["session"]) == keys and ran["session"]["idle_limit_s"] is not None
+        listed = cli(service_home, "--json", "bg", "ls", "--session", name).json()
+        assert (listed["outcome"], listed["exit_code"], listed["tasks"], set(listed["session"])) == (
+            "completed",
+            0,
+            [],
+            keys,
+        )
+        lines = json.dumps(ran)
+        assert '"ok"' not in lines
