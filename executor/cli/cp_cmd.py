@@ -29,19 +29,17 @@ their content, ``entries`` every member (folders and symlinks too). Failures bef
 
 from __future__ import annotations
 
-import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any
 
 import trio
 import typer
 
 from executor.artifacts import tee_captures
-from executor.cli import shapes
 from executor.cli._common import EXIT_USAGE, emit, fail, state
-from executor.cli.exec_cmd import CliSession, exit_code_of, interactive_handler, run_cli, session_dict
+from executor.cli.exec_cmd import CliSession, interactive_handler, run_cli, session_dict
+from executor.cli.thin.cp import CpUsage, Side, code_of, copied_text, cp_json, failed_text, parse_side, plan
 from executor.errors import ContentRejected
 from executor.models import StdinFile
 from executor.session import SessionAPI, ToolResult
@@ -49,57 +47,12 @@ from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, pack_co
 
 __all__ = ["cp_command", "parse_side"]
 
-_REMOTE: Final = re.compile(r"^([^/:]*):(.*)$")
-
-
-@dataclass(frozen=True)
-class Side:
-    """One side of a copy: a host path, or a path in a session (``session`` None means ``--session``'s)."""
-
-    path: str
-    remote: bool
-    session: str | None = None
-
-
-def parse_side(text: str) -> Side:
-    """``SESSION:PATH`` or ``:PATH`` (a session side), else a host path; a host path with a ``:`` before any ``/``
-    is written ``./a:b``."""
-    match = _REMOTE.match(text)
-    if match is None:
-        return Side(path=text, remote=False)
-    return Side(path=match.group(2), remote=True, session=match.group(1) or None)
-
 
 def _plan(source: str, dest: str, session: str | None, *, json_mode: bool) -> tuple[Side, Side, str]:
-    src, dst = parse_side(source), parse_side(dest)
-    if src.remote == dst.remote:
-        which = "both are" if src.remote else "neither is"
-        fail(
-            f"one side of a copy is SESSION:PATH and the other a host path; {which} (a host path with a ':' before "
-            "any '/' is written ./a:b)",
-            code=EXIT_USAGE,
-            json_mode=json_mode,
-        )
-    remote = src if src.remote else dst
-    if not remote.path:
-        fail(f"no path after the ':' in {source if src.remote else dest!r}", code=EXIT_USAGE, json_mode=json_mode)
-    if "\0" in remote.path:
-        fail("a session path cannot hold a NUL byte", code=EXIT_USAGE, json_mode=json_mode)
-    named = remote.session or session
-    if named is None:
-        fail("which session? write SESSION:PATH, or :PATH with --session", code=EXIT_USAGE, json_mode=json_mode)
-    if remote.session and session and remote.session != session:
-        fail(f"--session {session!r} and {remote.session!r}: are two sessions", code=EXIT_USAGE, json_mode=json_mode)
-    if not src.remote and not Path(src.path).exists() and not Path(src.path).is_symlink():
-        fail(f"no such file or folder on this host: {src.path}", code=EXIT_USAGE, json_mode=json_mode)
-    if not dst.remote and Path(dst.path).exists() and not Path(dst.path).is_dir():
-        fail(f"{dst.path} is not a folder: DEST is the folder SRC is copied into", code=EXIT_USAGE, json_mode=json_mode)
-    return src, dst, named
-
-
-def _exit_code(result: ToolResult) -> int:
-    # tar failing in the session (a missing path) is the copy failing, as cp reports it.
-    return 1 if result.outcome == "failed" else exit_code_of(result)
+    try:
+        return plan(source, dest, session)
+    except CpUsage as exc:
+        fail(str(exc), code=EXIT_USAGE, json_mode=json_mode)
 
 
 def cp_command(
@@ -154,30 +107,27 @@ def cp_command(
             if result.outcome == "completed":
                 spool.seek(0)
                 stats = extract_tar(spool, Path(dst.path))
-    code = _exit_code(result)
+    code = code_of(result.outcome, result.exit_code)
     into = dst.path if dst.remote else str(Path(dst.path))
     if result.outcome == "completed":
-        text = f"copied {stats.files} file(s), {stats.bytes} bytes ({stats.entries} entries) into {into}"
+        text = copied_text(stats, into)
     elif result.outcome == "failed":
-        said = (result.stderr or "").strip() or f"tar exited {result.exit_code}"
-        text = f"the copy failed in the session: {said}\n(artifact {result.artifact_id}: executor output read)"
+        text = failed_text(result.stderr or "", result.exit_code, result.artifact_id)
     else:
         text = result.text
-    data_out: dict[str, Any] = {
-        "outcome": result.outcome,
-        "exit_code": code,
-        "direction": "from_session" if src.remote else "to_session",
-        "source": source,
-        "dest": dest,
-        "files": stats.files,
-        "entries": stats.entries,
-        "bytes": stats.bytes,
-        "archive_bytes": archive_bytes,
-        "artifact_id": result.artifact_id,
-        "action_id": result.action_id,
-        "text": text,
-        "session": shapes.session_json(seen[0]) if seen else None,
-    }
+    data_out = cp_json(
+        outcome=result.outcome,
+        code=code,
+        src=src,
+        source=source,
+        dest=dest,
+        stats=stats,
+        archive_bytes=archive_bytes,
+        artifact_id=result.artifact_id,
+        action_id=result.action_id,
+        text=text,
+        session=seen[0] if seen else None,
+    )
     emit(data_out, text, json_mode=json_mode)
     raise typer.Exit(code)
 

@@ -428,7 +428,9 @@ class _Api:
                         413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)"
                     )
             stdin = spool.stdin()
-            result, raw = await self._gated_bash(held, self.owner(request), unpack_command(query.path), stdin=stdin)
+            command = unpack_command(query.path)
+            wait = query.approvals == "wait"
+            result, raw = await self._gated_bash(held, self.owner(request), command, stdin=stdin, wait=wait)
         return _json(_exec_result(result, raw))
 
     async def download(self, request: Request) -> Response:
@@ -443,7 +445,7 @@ class _Api:
             directory=self.service.settings.home / "tmp",
             on_overflow=scope.cancel,
         )
-        handler = self.service.approval_handler(held.session.id, owner)
+        handler = self.service.approval_handler(held.session.id, owner) if query.approvals == "wait" else None
         artifacts: list[str] = []
         box: dict[str, Any] = {}
         errors = RawStreams(self.svc.result_stream_max_bytes)

@@ -373,3 +373,5 @@ class FilesQuery(_Wire):
 
     path: str = Field(min_length=1, max_length=4096)
     """Upload: the folder to unpack into (created if missing). Download: the file or folder to pack."""
+    approvals: Literal["wait", "none"] = "wait"
+    """``wait``: an ask waits for an out-of-band answer; ``none``: it comes back blocked at once."""

@@ -41,9 +41,11 @@ def test_bad_sides_exit_2(home: Path, args: list[str], message: str) -> None:
 
 
 @pytest.mark.docker
-@pytest.mark.timeout(240)
-def test_a_folder_goes_in_and_comes_back_exact(home: Path, tmp_path: Path) -> None:
-    """A folder with nested files, modes and a symlink copies in and back out byte for byte, modes and link kept."""
+@pytest.mark.timeout(300)
+def test_a_folder_goes_in_and_comes_back_exact(either_home: Path, tmp_path: Path) -> None:
+    """A folder with nested files, modes and a symlink copies in and back out byte for byte, modes and link kept,
+    in-process and over a service."""
+    home = either_home
     src = make_tree(tmp_path)
     with named_session(home) as name:
         assert cli(home, "exec", "--session", name, "--create", "--", "true").code == 0
@@ -58,33 +60,36 @@ def test_a_folder_goes_in_and_comes_back_exact(home: Path, tmp_path: Path) -> No
         back = cli(home, "--json", "cp", "--session", name, ":in/src", str(tmp_path / "back"))
         assert back.code == 0, back.stdout + back.stderr
         assert back.json()["direction"] == "from_session" and back.json()["files"] == 3
+        assert back.json()["artifact_id"]
         assert listing(tmp_path / "back" / "src") == listing(src)
 
 
 @pytest.mark.docker
-@pytest.mark.timeout(240)
-def test_unsafe_archive_missing_path_and_bounds(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A folder holding a link out of it is refused (exit 2, nothing written); a missing session path is exit 1;
-    archives past bash.max_stdin_bytes (in) and service.download_max_bytes (out) are exit 2 naming the setting."""
+@pytest.mark.timeout(300)
+def test_unsafe_archive_and_missing_path(either_home: Path, tmp_path: Path) -> None:
+    """A folder holding a link out of it is refused (exit 2, nothing written) and a missing session path is exit 1,
+    in-process and over a service."""
+    home = either_home
     with named_session(home) as name:
-        made = cli(
-            home,
-            "exec",
-            "--session",
-            name,
-            "--create",
-            "--",
-            "mkdir -p evil big && ln -s /etc evil/etc && head -c 20000 /dev/urandom > big/noise",
-        )
+        made = cli(home, "exec", "--session", name, "--create", "--", "mkdir -p evil && ln -s /etc evil/etc")
         assert made.code == 0, made.stderr
         refused = cli(home, "cp", f"{name}:evil", str(tmp_path / "dest"))
         assert refused.code == 2 and "refused the archive" in refused.stderr
         assert not (tmp_path / "dest").exists()
-
         missing = cli(home, "--json", "cp", f"{name}:nope", str(tmp_path / "dest"))
         assert missing.code == 1 and "Cannot stat" in missing.json()["text"]
         assert missing.json()["outcome"] == "failed"
+        unknown = cli(home, "cp", "nosuch-session-x:a", str(tmp_path / "dest"))
+        assert unknown.code == 2 and "nosuch-session-x" in unknown.stderr
 
+
+@pytest.mark.docker
+@pytest.mark.timeout(240)
+def test_bounds_in_process(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Archives past bash.max_stdin_bytes (in) and service.download_max_bytes (out) are exit 2 naming the setting."""
+    with named_session(home) as name:
+        made = cli(home, "exec", "--session", name, "--create", "--", "mkdir big && head -c 20000 /dev/urandom >big/n")
+        assert made.code == 0, made.stderr
         monkeypatch.setenv("EXECUTOR_SERVICE__DOWNLOAD_MAX_BYTES", "8192")
         monkeypatch.setenv("EXECUTOR_BASH__MAX_STDIN_BYTES", "8192")
         out = cli(home, "cp", f"{name}:big", str(tmp_path / "dest"))

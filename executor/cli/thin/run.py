@@ -111,8 +111,9 @@ SPECS: Final[dict[tuple[str, ...], Spec]] = {
     ("bg", "read"): Spec(values=frozenset({"--session", "--stream", "--offset", "--max-bytes"}), positionals=1),
     ("bg", "stop"): Spec(values=frozenset({"--session"}), positionals=1),
     ("bg", "ls"): Spec(values=frozenset({"--session"})),
+    ("cp",): Spec(values=frozenset({"--session"}), positionals=2),
 }
-"""The commands the thin path runs (``cp`` and ``bg read --follow`` run in-process until they get a thin form)."""
+"""The commands the thin path runs (``bg read --follow`` runs in-process until it gets a thin form)."""
 
 _GROUPS: Final = frozenset(name[0] for name in SPECS if len(name) == 2)
 
@@ -767,6 +768,21 @@ def _bg_ls(client: _Client, parsed: Parsed) -> int:
     return 0
 
 
+def _cp(client: _Client, parsed: Parsed) -> int:
+    from executor.cli.thin import cp  # only for a copy: the archive code stays off the other commands' path
+    from executor.errors import ContentRejected, UnsafeTarget
+
+    source, dest = parsed.positionals
+    try:
+        data, text, code = cp.run_cp(client.conn, source=source, dest=dest, session=parsed.options.get("--session"))
+    except cp.CpUsage as exc:
+        raise Usage(str(exc)) from None
+    except (UnsafeTarget, ContentRejected) as exc:
+        return client.out.fail(str(exc), shapes.EXIT_USAGE)
+    client.out.emit(data, text)
+    return code
+
+
 _COMMANDS: Final[dict[tuple[str, ...], Callable[[_Client, Parsed], int]]] = {
     ("exec",): _exec,
     ("write",): _write,
@@ -779,6 +795,7 @@ _COMMANDS: Final[dict[tuple[str, ...], Callable[[_Client, Parsed], int]]] = {
     ("bg", "read"): _bg_read,
     ("bg", "stop"): _bg_stop,
     ("bg", "ls"): _bg_ls,
+    ("cp",): _cp,
 }
 
 

@@ -19,7 +19,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 __all__ = [
@@ -353,6 +353,56 @@ class Connection:
             except (ValueError, KeyError, TypeError):
                 message, type_ = f"the service answered {response.status}: {raw[:200]!r}", "ExecutorError"
             raise ServiceError(response.status, type_, message)
+        return response
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        accept: str = "application/json",
+        body: Iterable[bytes] | None = None,
+        content_type: str = "application/octet-stream",
+    ) -> Response:
+        """Send a request whose body (if any) is streamed chunked from ``body``, and return the response with its
+        status unchecked and its body unread (a stream): for files, where an error status carries a result.
+
+        Raises:
+            Unreachable: the connection broke before a response came.
+        """
+        if self._last is not None and not (self._last.done and self._last.reusable):
+            self.close()
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None
+        if query:
+            path += "?" + _query(query)
+        head = [f"{method} {path} HTTP/1.1", "host: executor", f"accept: {accept}"]
+        if body is None:
+            head.append("content-length: 0")
+        else:
+            head += ["transfer-encoding: chunked", f"content-type: {content_type}"]
+        if self.target.token:
+            head.append(f"authorization: Bearer {self.target.token}")
+        try:
+            self._sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+            if body is not None:
+                try:
+                    for chunk in body:
+                        if chunk:
+                            self._sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+                    self._sock.sendall(b"0\r\n\r\n")
+                except OSError:
+                    pass  # the service stopped reading (a refusal): its answer says why
+                except BaseException:
+                    self.close()  # the body failed half sent: this connection is unusable
+                    raise
+            response = self._response()
+        except OSError as exc:
+            self.close()
+            raise Unreachable(f"the executor service at {self.target.label} went away ({exc})") from exc
+        self._last = response
         return response
 
     def _response(self) -> Response:
