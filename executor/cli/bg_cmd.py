@@ -52,6 +52,7 @@ from executor.cli.exec_cmd import (
 )
 from executor.models import RunResult
 from executor.session import SessionAPI, TaskInfo, ToolResult
+from executor.session.follow import read_page
 
 __all__ = ["app"]
 
@@ -168,47 +169,30 @@ def _task_code(result: RunResult | None) -> int:
 
 
 def _follower(
-    task_id: str, stream: Literal["stdout", "stderr"], offset: int, page: int
+    task_id: str, stream: Literal["stdout", "stderr"], offset: int, max_bytes: int
 ) -> Callable[[SessionAPI], Awaitable[RunResult | None]]:
     """A job that prints ``stream`` raw from ``offset`` as it grows, and returns how the task ended."""
 
     async def follow(s: SessionAPI) -> RunResult | None:
         out = sys.stdout.buffer
+
+        async def read(at: int, size: int) -> ToolResult:
+            return await s.read_task(task_id, stream=stream, offset=at, max_bytes=size)
+
         at = offset
         while True:
-            result = await s.read_task(task_id, stream=stream, offset=at, max_bytes=page)
-            data, after, end, running = _page(result)
-            shorter = 1
-            while data is None and shorter < 4 and after - at > shorter:
-                # The page's text is not exactly its bytes (a character cut at the page's end): take fewer bytes.
-                result = await s.read_task(task_id, stream=stream, offset=at, max_bytes=after - at - shorter)
-                data, after, end, running = _page(result)
-                shorter += 1
-            if data is None:
-                # Bytes that are not UTF-8 (the session API returns text): shown replaced.
-                data = ((result.stdout if stream == "stdout" else result.stderr) or "").encode("utf-8")
-            if data:
-                out.write(data)
+            page = await read_page(read, at, max_bytes)
+            if page.data:
+                out.write(page.data)
                 out.flush()
-            if after > at:
-                at = after
+            if page.next_offset > at:
+                at = page.next_offset
                 continue
-            if not running and at >= end:
-                return result.run
+            if not page.running and at >= page.end:
+                return page.result.run
             await trio.sleep(_FOLLOW_POLL_S)
 
     return follow
-
-
-def _page(result: ToolResult) -> tuple[bytes | None, int, int, bool]:
-    """A read's bytes (None when its text is not exactly them), its next offset, the stream's end, running."""
-    data = result.data or {}
-    begin = int(str(data.get("offset", 0)))
-    after = int(str(data.get("next_offset", begin)))
-    text = (result.stdout if data.get("stream") == "stdout" else result.stderr) or ""
-    raw = text.encode("utf-8")
-    exact = len(raw) == after - begin and "\ufffd" not in text
-    return (raw if exact else None), after, int(str(data.get("end", 0))), bool(data.get("running"))
 
 
 @app.command("stop")

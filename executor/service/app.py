@@ -77,6 +77,7 @@ from executor.service.wire import (
     WriteRequest,
 )
 from executor.session import ToolResult
+from executor.session.follow import read_page
 from executor.session.presentation import results_read_by
 from executor.tools.archive import pack_command, unpack_command
 from executor.tools.bash import build_run_spec
@@ -587,24 +588,33 @@ class _Api:
         if not query.follow:
             return _json(_wire(first))
 
+        # Pages no longer than the display budget, so that a page's text is all of its bytes (see read_page).
+        size = min(query.max_bytes, self.service.settings.artifacts.display_max_chars)
+
+        async def sized(offset: int, max_bytes: int) -> ToolResult:
+            async with self.service.using(held):
+                return await session.read_task(
+                    task_id, stream=query.stream, offset=offset, max_bytes=max_bytes, owner=owner
+                )
+
         async def lines() -> AsyncIterator[bytes]:
-            current, asked = first, query.offset
+            at, sent = query.offset, False
             while True:
-                data = current.data or {}
-                offset = int(str(data.get("next_offset", 0)))
-                done = not data.get("running") and offset >= int(str(data.get("end", 0)))
-                if offset > asked or done or current is first:
-                    # Pages with nothing new are not sent: a follower sees new bytes, and the end.
-                    yield _line(PageEvent(result=_wire(current)))
-                if done:
-                    return
-                if offset >= int(str(data.get("end", 0))):
-                    await _sleep(_FOLLOW_POLL_S)
                 try:
-                    current, asked = await page(offset), offset
+                    current = await read_page(sized, at, size)
                 except ExecutorError as exc:
                     yield _line(ErrorEvent(error=ErrorInfo(type=type(exc).__name__, message=str(exc))))
                     return
+                done = not current.running and current.next_offset >= current.end
+                if current.next_offset > at or done or not sent:
+                    # Pages with nothing new are not sent: a follower sees new bytes, and the end.
+                    yield _line(PageEvent(result=_wire(current.result), data=current.data))
+                    sent = True
+                if done:
+                    return
+                if current.next_offset <= at:
+                    await _sleep(_FOLLOW_POLL_S)
+                at = max(at, current.next_offset)
 
         return StreamingResponse(lines(), media_type=_NDJSON)
 

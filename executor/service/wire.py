@@ -243,6 +243,9 @@ class PageEvent(_Wire):
     kind: Literal["page"] = "page"
     result: Result
     """The page, as ``task`` read returns it (``data.next_offset`` continues)."""
+    data: bytes = b""
+    """The page's raw bytes (base64), ``data.offset`` to ``data.next_offset`` of the stream; bytes that are not
+    UTF-8 come as U+FFFD (the one loss)."""
 
 
 TaskEvent = Annotated[PageEvent | ErrorEvent, Field(discriminator="kind")]

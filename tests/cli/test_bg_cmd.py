@@ -102,9 +102,10 @@ def _read_line(proc: subprocess.Popen[bytes], deadline: float) -> bytes:
     return line
 
 
-def test_read_follow_prints_lines_as_they_come_and_exits_with_the_tasks_code(home: Path) -> None:
+def test_read_follow_prints_lines_as_they_come_and_exits_with_the_tasks_code(either_home: Path) -> None:
     """--follow prints each line while the task still runs (the task waits for a file only the test creates after
-    seeing the line), then the rest, and exits with the task's own code."""
+    seeing the line), then the rest, and exits with the task's own code, in-process and over a service."""
+    home = either_home
     with named_session(home) as name:
         script = "echo one; while [ ! -e go ]; do sleep 0.05; done; printf 'two é\\n'; exit 3"
         started = cli(home, "bg", "start", "--session", name, "--create", "--json", "--", script)

@@ -108,12 +108,16 @@ SPECS: Final[dict[tuple[str, ...], Spec]] = {
         repeat=frozenset({"--env"}),
         words=True,
     ),
-    ("bg", "read"): Spec(values=frozenset({"--session", "--stream", "--offset", "--max-bytes"}), positionals=1),
+    ("bg", "read"): Spec(
+        values=frozenset({"--session", "--stream", "--offset", "--max-bytes"}),
+        flags=frozenset({"--follow", "-f"}),
+        positionals=1,
+    ),
     ("bg", "stop"): Spec(values=frozenset({"--session"}), positionals=1),
     ("bg", "ls"): Spec(values=frozenset({"--session"})),
     ("cp",): Spec(values=frozenset({"--session"}), positionals=2),
 }
-"""The commands the thin path runs (``bg read --follow`` runs in-process until it gets a thin form)."""
+"""The commands the thin path runs."""
 
 _GROUPS: Final = frozenset(name[0] for name in SPECS if len(name) == 2)
 
@@ -168,8 +172,6 @@ def parse(argv: Sequence[str]) -> Parsed:
             if key in spec.flags and not eq:
                 parsed.flags.add(key)
                 continue
-            if key == "--follow" and name == ("bg", "read"):
-                raise Delegate  # built in-process; its thin form is still to come
             if key not in spec.values:
                 raise Usage(f"no such option: {key} (see `executor {' '.join(name)} --help`)")
             if eq:
@@ -733,6 +735,10 @@ def _bg_read(client: _Client, parsed: Parsed) -> int:
     if offset < 0 or max_bytes < 1:
         raise Usage("--offset must be at least 0 and --max-bytes at least 1")
     task = parsed.positionals[0]
+    if "--follow" in parsed.flags or "-f" in parsed.flags:
+        if parsed.json:
+            raise Usage("--follow prints the raw stream; it cannot be combined with --json")
+        return _bg_follow(client, parsed, task, stream, offset, max_bytes)
     result = client.in_session(
         parsed,
         lambda s: client.conn.call(
@@ -744,6 +750,50 @@ def _bg_read(client: _Client, parsed: Parsed) -> int:
     )
     client.out.emit(shapes.bg_read_json(result, session=_session_of(client, parsed)), str(result.get("text", "")))
     return 0
+
+
+def _bg_follow(client: _Client, parsed: Parsed, task: str, stream: str, offset: int, max_bytes: int) -> int:
+    """Print the task's stream raw as the service's followed pages bring it; exit with the task's code."""
+    session = parsed.options["--session"]
+    response = client.conn.send(
+        "GET",
+        f"/v1/sessions/{segment(session)}/tasks/{segment(task)}",
+        query={"stream": stream, "offset": offset, "max_bytes": max_bytes, "follow": True},
+        accept="application/x-ndjson",
+    )
+    out = sys.stdout.buffer
+    run: Any = None
+    buffer = b""
+    try:
+        while True:
+            chunk = response.read_some(65_536)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("kind") == "error":
+                    error = event.get("error") or {}
+                    raise ServiceError(404, str(error.get("type")), str(error.get("message")))
+                data = base64.b64decode(event.get("data") or "")
+                if data:
+                    out.write(data)
+                    out.flush()
+                run = (event.get("result") or {}).get("run")
+    except KeyboardInterrupt:
+        sys.stderr.write(f"stopped following; task {task} goes on (executor bg stop {task} stops it)\n")
+        return shapes.EXIT_INTERRUPTED
+    if not isinstance(run, dict):
+        return shapes.EXIT_FAILURE
+    if run.get("cause") == "timeout":
+        return shapes.EXIT_TIMEOUT
+    if isinstance(run.get("exit_code"), int):
+        return int(run["exit_code"])
+    signal = run.get("signal")
+    return 128 + signal if isinstance(signal, int) else shapes.EXIT_FAILURE
 
 
 def _bg_stop(client: _Client, parsed: Parsed) -> int:

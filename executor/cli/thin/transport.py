@@ -216,6 +216,22 @@ class Response:
             raise self._broken(exc) from exc
         return b"".join(parts)
 
+    def read_some(self, size: int) -> bytes:
+        """Up to ``size`` bytes of the body, returning as soon as some arrive (at most one chunk of a chunked body):
+        for a stream read as it comes; b"" at its end.
+
+        Raises:
+            Unreachable: the connection broke mid-body.
+        """
+        try:
+            while not self.done:
+                data = self._read_some(size)
+                if data:
+                    return data
+        except OSError as exc:
+            raise self._broken(exc) from exc
+        return b""
+
     def _read_some(self, want: int) -> bytes:
         if self._chunked:
             if self._chunk_left == 0:
