@@ -11,6 +11,7 @@ means the peak of a 200 MB stream stays near the floor and near the peak of a 20
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -74,11 +75,15 @@ _CLIENT: Final = textwrap.dedent(
 )
 
 
-def _rss_kib(pid: int) -> int:
+def _status_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(key):
             return int(line.split()[1])
     return 0
+
+
+def _rss_kib(pid: int) -> int:
+    return _status_kib(pid, "VmRSS:")
 
 
 def _client(mode: str, socket: Path, session: str, arg: str) -> dict[str, Any]:
@@ -172,7 +177,7 @@ def _stream_rows(service: ServiceProcess, client: Client, session: str, engine: 
 
 def _cp_row(service: ServiceProcess, session: str, engine: str, mb: int, workspace: str) -> dict[str, Any]:
     """``executor cp SESSION:big DIR`` through the thin CLI (streamed download, spooled, checked, unpacked) beside a
-    raw ``docker exec tar -c`` of the same folder to /dev/null, and the CLI's own peak RSS (``wait4``)."""
+    raw ``docker exec tar -c`` of the same folder to /dev/null, and the CLI's own peak RSS (``VmHWM``, sampled)."""
     env = service_env(service.home)
     runs = []
     for _ in range(3):
@@ -182,17 +187,18 @@ def _cp_row(service: ServiceProcess, session: str, engine: str, mb: int, workspa
                 [sys.executable, "-m", "executor.cli", "cp", f"{session}:big", dest],
                 env=env,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
             )
-            _, status, usage = os.wait4(proc.pid, 0)
+            # VmHWM sampled while it runs: wait4's ru_maxrss would carry this (large) parent's peak across execve.
+            peak_kib = 0
+            while proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    peak_kib = max(peak_kib, _status_kib(proc.pid, "VmHWM:"))
+                time.sleep(0.01)
             seconds = time.perf_counter() - began
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            assert proc.stderr is not None
-            err = proc.stderr.read()
-            proc.stderr.close()
             if proc.returncode != 0:
-                raise RuntimeError(f"executor cp failed: {err[-500:]!r}")
-            runs.append((seconds, usage.ru_maxrss))
+                raise RuntimeError(f"executor cp exited {proc.returncode}")
+            runs.append((seconds, peak_kib))
     seconds, peak_kib = min(runs)
     raw_s, raw_bytes = min(
         _raw(engine, f"executor-{session}", f"cd {workspace} && tar -c -C . -f - -- big") for _ in range(3)
@@ -206,7 +212,7 @@ def _cp_row(service: ServiceProcess, session: str, engine: str, mb: int, workspa
         raw_bytes / raw_s / 1e6,
         target=">= 1x raw",
         met=size / seconds >= raw_bytes / raw_s,
-        note=f"best of 3; the CLI peak RSS {peak_kib / 1024:.1f} MiB for {mb} MB; raw: docker exec tar -c, /dev/null",
+        note=f"best of 3; CLI peak RSS (VmHWM) {peak_kib / 1024:.1f} MiB for {mb} MB; raw: docker exec tar -c",
     )
 
 
