@@ -85,10 +85,13 @@ from executor.session import ExecutorAPI, FocusMode, SessionAPI, ToolResult, ope
 __all__ = [
     "EXIT_INTERRUPTED",
     "CliSession",
+    "RawTee",
     "exec_command",
     "exit_code_of",
     "interactive_handler",
+    "reason_line",
     "run_cli",
+    "session_dict",
     "session_scope",
 ]
 
