@@ -85,10 +85,13 @@ from executor.session import ExecutorAPI, FocusMode, SessionAPI, ToolResult, ope
 __all__ = [
     "EXIT_INTERRUPTED",
     "CliSession",
+    "RawTee",
     "exec_command",
     "exit_code_of",
     "interactive_handler",
+    "reason_line",
     "run_cli",
+    "session_dict",
     "session_scope",
 ]
 
@@ -346,9 +349,10 @@ def exec_command(
             setting="bash.max_stdin_bytes",
         )
     )
-    where = CliSession(json_mode=json_mode, session=session, create=create, profile=profile, image=image)
-    script = command_text(words)
     live = not (view or json_mode)
+    # Live, stderr is the command's own (like docker exec): no narration is mixed into it.
+    where = CliSession(json_mode=json_mode or live, session=session, create=create, profile=profile, image=image)
+    script = command_text(words)
     raw = RawTee(live=live, limit=settings.service.result_stream_max_bytes)
     seen: list[dict[str, Any]] = []
 

@@ -55,3 +55,46 @@ def test_write_then_replace_shows_the_diff_and_lands_in_the_session(either_home:
 
         missing = cli(home, "write", "--session", name, "a.txt", "--from", str(tmp_path / "absent"))
         assert missing.code == 2 and "--from" in missing.stderr
+
+
+def test_a_write_ask_is_answered_at_the_terminal(either_home: Path, tmp_path: Path) -> None:
+    """With stdin and stderr on a terminal (the content from --from), an ask shows the diff there and 'y' writes."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    from executor.testing.cli import cli_env
+
+    home = either_home
+    source = tmp_path / "x.txt"
+    source.write_bytes(b"asked\n")
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "write", "--session", name, "/tmp/x.txt", "--from", str(source)],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env=cli_env(home),
+        )
+        os.close(slave)
+        shown = b""
+        try:
+            deadline = time.monotonic() + 120
+            while b"[y/N]" not in shown:
+                assert time.monotonic() < deadline and proc.poll() is None, shown
+                if select.select([master], [], [], 0.5)[0]:
+                    shown += os.read(master, 4096)
+            os.write(master, b"y\n")
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(master)
+        assert b"+asked" in shown
+        assert proc.returncode == 0 and out.startswith(b"[created /tmp/x.txt: 6 bytes"), out
+        assert cli(home, "exec", "--session", name, "--", "cat /tmp/x.txt").stdout == "asked\n"

@@ -4,6 +4,11 @@ Commands: ``exec``, ``write``, ``session start|ls|stop``, ``output read|search``
 options, output, JSON shapes (:mod:`executor.cli.shapes`) and exit codes are the in-process commands' own. Whatever
 this module does not handle itself (``--help``, ``--all``, an operator command) returns None: the caller then runs
 the full command line in-process, which is also where its help and its complete error messages live.
+
+Adding a command (``cp``, ``bg read --follow`` run in-process until theirs exist): its options go in :data:`SPECS`,
+its function in ``_COMMANDS`` (it gets the connection and the parsed line and returns the exit status), and its
+JSON shape in :mod:`executor.cli.shapes`, which its typer command uses too. ``parse`` delegates ``--follow`` and
+unknown commands today.
 """
 
 from __future__ import annotations
@@ -517,7 +522,7 @@ def _write(client: _Client, parsed: Parsed) -> int:
             "content": base64.b64encode(content).decode(),
             "approvals": "wait" if interactive else "none",
         }
-        with _Approver(client.conn.target, enabled=interactive):
+        with _Approver(client.conn.target, session, enabled=interactive):
             result = client.conn.call("POST", f"/v1/sessions/{segment(session)}/write", body)
         if client.out.json:
             seen["session"] = client.session_view(session)
@@ -537,8 +542,9 @@ class _Approver:
     Only used when a person can answer; otherwise the request says ``approvals: none`` and asks come back blocked.
     """
 
-    def __init__(self, target: Target, *, enabled: bool) -> None:
+    def __init__(self, target: Target, session: str, *, enabled: bool) -> None:
         self._target = target
+        self._session = session
         self._enabled = enabled
         self._stop: Any = None
         self._thread: Any = None
@@ -564,13 +570,18 @@ class _Approver:
         except Unreachable:
             return
         try:
+            # Only this call's asks: the home's owner sees every pending ask, also other clients'.
+            try:
+                session_id = (conn.call("GET", f"/v1/sessions/{segment(self._session)}") or {}).get("id")
+            except (ServiceError, Unreachable):
+                return
             while not self._stop.wait(0.2):
                 try:
                     pending = conn.call("GET", "/v1/approvals")
                 except (ServiceError, Unreachable):
                     return
                 for ask in pending or ():
-                    if ask.get("approval_id") not in answered:
+                    if ask.get("session_id") == session_id and ask.get("approval_id") not in answered:
                         answered.add(str(ask.get("approval_id")))
                         _answer_at_terminal(self._target, ask)
         finally:
@@ -707,7 +718,7 @@ def _bg_start(client: _Client, parsed: Parsed) -> int:
     seen: dict[str, Any] = {}
 
     def run(session: str) -> dict[str, Any]:
-        with _Approver(client.conn.target, enabled=interactive):
+        with _Approver(client.conn.target, session, enabled=interactive):
             result = client.conn.call("POST", f"/v1/sessions/{segment(session)}/tasks", body)
         if client.out.json:
             seen["session"] = client.session_view(session)
