@@ -173,12 +173,11 @@ _UPLOADER = textwrap.dedent(
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_a_large_upload_streams_with_flat_memory(service_factory: Any, tmp_path: Path) -> None:
-    """A 160 MB folder goes in whole while the client's peak memory, and the service's, grow far less than its
-    size (the body is spooled to a file and streamed to tar's stdin)."""
-    size = 160 * 1024 * 1024
-    service: ServiceProcess = service_factory(
-        service__max_request_bytes="256MiB", bash__max_stdin_bytes="256MiB", bash__timeout_ms="240000"
-    )
+    """A 60 MB folder goes in whole while the client's peak memory, and the service's, grow far less than its size
+    (the body is spooled to a file and streamed to tar's stdin). 60 MB: the agent queues at most 64 MiB of stdin
+    ahead of a command, with no flow control back to the host."""
+    size = 60 * 1024 * 1024
+    service: ServiceProcess = service_factory(service__max_request_bytes="256MiB", bash__timeout_ms="240000")
     service.start()
     big = tmp_path / "big"
     big.mkdir()
@@ -192,12 +191,13 @@ def test_a_large_upload_streams_with_flat_memory(service_factory: Any, tmp_path:
             [sys.executable, "-c", _UPLOADER, str(service.socket), session, str(big)],
             capture_output=True,
             timeout=280,
-            check=True,
+            check=False,
         )
+        assert done.returncode == 0, done.stderr[-3000:]
         outcome, child_peak = done.stdout.split()
         grown = _hwm(service.proc.pid) - before
         assert outcome == b"completed", done.stdout + done.stderr
         assert client.exec(session, "stat -c %s up/zeros").stdout == f"{size}\n".encode()
-    assert int(child_peak) < 120 * 1024 * 1024, child_peak
+    assert int(child_peak) < 100 * 1024 * 1024, child_peak
     assert grown < size // 4, grown
     assert not list((service.home / "tmp").glob("upload-*"))  # the spooled body is gone
