@@ -48,10 +48,12 @@ __all__ = [
     "PoolSettings",
     "Profile",
     "ServiceSettings",
+    "SessionSettings",
     "Settings",
     "WriteSettings",
     "load_settings",
     "parse_bytes",
+    "parse_idle_limit",
     "parse_toml",
     "plain_validation_message",
     "read_toml",
@@ -137,6 +139,40 @@ def parse_bytes(value: object) -> int:
         # Exact integer arithmetic: float('1.1') * 1024**4 would be off by a few bytes.
         return int(whole) * scale + (int(fraction) * scale // 10 ** len(fraction) if fraction else 0)
     raise ValueError("a size must be a number of bytes or a string like '512m'")
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+IDLE_LIMIT_MAX_S: Final = 365 * 86_400.0
+"""Longest idle limit a session may have (a year)."""
+
+
+def parse_idle_limit(value: object) -> float | None:
+    """Parse an idle limit: seconds (``3600``, ``"3600"``), a duration with a unit (``"30m"``, ``"2h"``, ``"1d"``,
+    ``"90s"``), or ``"none"`` (no limit, returned as None).
+
+    Raises:
+        ValueError: anything else, or a limit not above 0 or above a year; the message says what is accepted.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("an idle limit is seconds, a duration like '30m', or 'none'")
+    seconds: float
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        if value.strip().lower() == "none":
+            return None
+        match = _DURATION_RE.match(value)
+        if match is None:
+            raise ValueError(f"{value!r} is not an idle limit; give seconds, a duration like '30m' or '2h', or 'none'")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    else:
+        raise ValueError("an idle limit is seconds, a duration like '30m', or 'none'")
+    if not 0 < seconds <= IDLE_LIMIT_MAX_S:
+        raise ValueError(f"an idle limit must be above 0 and at most a year ({IDLE_LIMIT_MAX_S:.0f}s), or 'none'")
+    return seconds
 
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
@@ -459,8 +495,6 @@ class ServiceSettings(_Section):
     """Largest tar stream a download may produce (held in memory while a slow client reads it)."""
     approval_timeout_s: float = Field(600.0, gt=0, le=7 * 86_400.0)
     """How long an ask waits for an out-of-band answer (``POST /v1/approvals/{id}``) before it is denied."""
-    session_idle_s: float | None = Field(3600.0, gt=0, le=365 * 86_400.0)
-    """Default idle limit of a session created through the service (none: no limit); a request may override it."""
     shutdown_grace_s: float = Field(30.0, ge=0, le=3600.0)
     """On SIGTERM, how long running commands may finish before their process groups are killed."""
 
@@ -468,6 +502,22 @@ class ServiceSettings(_Section):
     @classmethod
     def _long_tokens(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _check_tokens(value)
+
+
+class SessionSettings(_Section):
+    """Session lifetimes: the idle limit of named sessions and of sessions opened through the service."""
+
+    idle_s: Annotated[float | None, BeforeValidator(parse_idle_limit)] = 3600.0
+    """Default idle limit, in seconds (or a duration like ``"30m"``), of a named session and of any session opened
+    through the service: once this long has passed since its last command or call ended (and none runs), it is
+    stopped; a named session's
+    workspace volume is kept (using the name again recreates its container). None (``"none"`` in TOML or the
+    environment): no limit. A session may set its own at creation (``session start --idle``, ``idle_s`` in the
+    service's ``POST /v1/sessions`` and the Python API); a named session's limit is stored with it (a container
+    label) and enforced by the service, by ``session gc`` and by every executor start (``docker.gc_on_start``)."""
+    idle_check_s: float = Field(30.0, gt=0, le=86_400.0)
+    """How often the service looks for idle sessions of its home that it does not hold (found by their labels,
+    after a restart too), in seconds; the sessions it holds are checked every second."""
 
 
 class PoolSettings(_Section):
@@ -722,6 +772,8 @@ class Settings(BaseSettings):
     """MCP server."""
     service: ServiceSettings = ServiceSettings()
     """The service (``executor serve``)."""
+    sessions: SessionSettings = SessionSettings()
+    """Session lifetimes (idle limits)."""
 
     @field_validator("profiles", mode="before")
     @classmethod

@@ -218,3 +218,23 @@ def test_all_exports_exist() -> None:
     """Every name in config.__all__ is defined."""
     for name in config_module.__all__:
         assert hasattr(config_module, name), name
+
+
+def test_the_idle_limit_defaults_to_an_hour_and_takes_durations_and_none(tmp_path: Path) -> None:
+    """sessions.idle_s: 3600 by default; seconds, '30m', '2h' and 'none' (no limit) from a file or the environment."""
+    assert load_settings().sessions.idle_s == 3600.0
+    assert load_settings().sessions.idle_check_s == 30.0
+    assert load_settings(environ={"EXECUTOR_SESSIONS__IDLE_S": "30m"}).sessions.idle_s == 1800.0
+    assert load_settings(environ={"EXECUTOR_SESSIONS__IDLE_S": "none"}).sessions.idle_s is None
+    toml = tmp_path / "s.toml"
+    toml.write_text('[sessions]\nidle_s = "2h"\n')
+    assert load_settings(toml).sessions.idle_s == 7200.0
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "soon", "2y", "400d", "true"])
+def test_a_bad_idle_limit_fails_at_load(raw: str) -> None:
+    """An idle limit that is not positive seconds, a duration up to a year, or 'none' fails at load, named."""
+    with pytest.raises(ConfigError, match=r"sessions\.idle_s: .*(idle limit|at most a year)"):
+        load_settings(environ={"EXECUTOR_SESSIONS__IDLE_S": raw})
+    with pytest.raises(ConfigError, match=r"sessions\.idle_check_s"):
+        load_settings(overrides={"sessions": {"idle_check_s": 0}})

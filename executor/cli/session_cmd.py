@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import trio
 import typer
 
-from executor.cli._common import emit, progress, state
+from executor.cli._common import EXIT_USAGE, emit, fail, progress, state
+from executor.config import parse_idle_limit
 from executor.gate.judge import api_key_from
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
 from executor.session import open_executor
@@ -63,6 +64,11 @@ def start(
     profile: str | None = typer.Option(None, "--profile", help="Profile name (else the default profile)."),
     image: str | None = typer.Option(None, "--image", help="Override the profile's image."),
     name: str | None = typer.Option(None, "--name", help="A unique name for the session."),
+    idle: str | None = typer.Option(
+        None,
+        "--idle",
+        help="A named session's idle limit: seconds, a duration (30m, 2h) or none (default sessions.idle_s).",
+    ),
 ) -> None:
     """Start a hardened session container and wait until its agent answers.
 
@@ -71,6 +77,19 @@ def start(
     """
     st = state(ctx)
     settings = st.settings()
+    idle_s: float | Literal["none"] | None = None
+    if idle is not None:
+        if name is None:
+            fail(
+                "--idle needs --name: an unnamed session lives only as long as this command",
+                code=EXIT_USAGE,
+                json_mode=st.json,
+            )
+        try:
+            limit = parse_idle_limit(idle)
+        except ValueError as exc:
+            fail(f"--idle: {exc}", code=EXIT_USAGE, json_mode=st.json)
+        idle_s = "none" if limit is None else limit
     chosen = settings.profile(profile)
     profile_name = profile or settings.default_profile
     shown = image or chosen.image
@@ -80,7 +99,7 @@ def start(
         api_key = api_key_from(settings.gate.judge, os.environ)
         async with (
             open_executor(settings, api_key=api_key, surface="cli") as ex,
-            ex.open_session(profile=profile, image=image, name=name, keep=True) as session,
+            ex.open_session(profile=profile, image=image, name=name, keep=True, idle_s=idle_s) as session,
         ):
             return session.info
 

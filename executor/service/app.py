@@ -17,6 +17,7 @@ import secrets
 import shlex
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -47,6 +48,7 @@ from executor.errors import (
     WriteError,
 )
 from executor.mcp.server import owner_for_token
+from executor.sandbox.base import SessionInfo
 from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, owns
 from executor.service.openapi import openapi_document
 from executor.service.wire import (
@@ -184,8 +186,12 @@ class _Api:
     async def held(self, request: Request) -> Held:
         return await self.service.get(request.path_params["session"], self.owner(request))
 
-    def view(self, held: Held | None, info: Any) -> SessionView:
-        now = time.monotonic()
+    def view(self, held: Held | None, info: SessionInfo) -> SessionView:
+        idle: float | None
+        if held is not None:
+            idle = 0.0 if held.busy else time.monotonic() - held.last_used
+        else:
+            idle = None if info.workspace_only else info.idle_for_s(datetime.now(UTC))
         return SessionView(
             id=info.id,
             name=info.name,
@@ -194,8 +200,9 @@ class _Api:
             state=info.state,
             created_at=info.created_at,
             held=held is not None,
-            idle_limit_s=held.idle_limit_s if held else None,
-            idle_for_s=(0.0 if held.busy else now - held.last_used) if held else None,
+            owner=info.owner,
+            idle_limit_s=held.idle_limit_s if held is not None else info.idle_limit_s,
+            idle_s=idle,
         )
 
     # -- health, metrics, openapi ------------------------------------------------------------------------------

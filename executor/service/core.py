@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
@@ -26,6 +27,7 @@ import trio
 from executor.config import Settings
 from executor.errors import AgentProtocolError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
+from executor.sandbox.usage import UsageMark, usage_path
 from executor.service.wire import (
     ApprovalView,
     ChunkEvent,
@@ -289,7 +291,7 @@ class Service:
         if asked == "none":
             return None
         if asked is None:
-            return self.svc.session_idle_s
+            return self.settings.sessions.idle_s
         return float(asked)
 
     async def create(
@@ -303,10 +305,23 @@ class Service:
     ) -> Held:
         """Open a new session (named ones are kept running when the service stops)."""
         self.check_open()
-        opener = partial(
-            self.executor.open_session, profile=profile, image=image, name=name, owner=owner, keep=name is not None
+        stored: float | Literal["none"] | None = (
+            None if idle_s is None else ("none" if idle_s == "none" else float(idle_s))
         )
-        return await self._start_hold(opener, self._idle_limit(idle_s))
+        opener = partial(
+            self.executor.open_session,
+            profile=profile,
+            image=image,
+            name=name,
+            owner=owner,
+            keep=name is not None,
+            idle_s=stored,
+        )
+        held = await self._start_hold(opener, self._idle_limit(idle_s))
+        if name is not None:
+            # What the session stores (a recreated one keeps its own limit unless asked otherwise) is the limit.
+            held.idle_limit_s = held.session.info.idle_limit_s
+        return held
 
     async def _start_hold(
         self, opener: Callable[[], AbstractAsyncContextManager[Session]], idle_limit_s: float | None
@@ -371,9 +386,11 @@ class Service:
                     raise _not_found(id_or_name)
                 held = self._find_held(info.id)
                 if held is None:
-                    limit = self.svc.session_idle_s if info.name is not None else None
+                    limit = info.idle_limit_s if info.name is not None else None
                     opener = partial(self.executor.attach_session, info.id, owner=info.owner)
                     held = await self._start_hold(opener, limit)
+                    # Its idle clock goes on from its last use (another process's, or before a restart).
+                    held.last_used = time.monotonic() - info.idle_for_s(datetime.now(UTC))
             return held
 
     async def stop(self, id_or_name: str, owner: str | None) -> None:
@@ -408,8 +425,10 @@ class Service:
     async def using(self, held: Held) -> AsyncIterator[Session]:
         """Mark the session busy (the idle clock stops) while a request uses it."""
         held.busy += 1
+        mark = UsageMark(usage_path(self.settings.home, held.session.id))
         try:
-            yield held.session
+            with mark:
+                yield held.session
         except (SandboxLost, AgentProtocolError):
             # The connection is gone (a refused spawn, an AgentError, is the caller's input and keeps it).
             self.release(held)
@@ -419,7 +438,10 @@ class Service:
             held.last_used = time.monotonic()
 
     async def reap_idle(self) -> None:
-        """Stop held sessions past their idle limit, forever (runs in the holds nursery)."""
+        """Stop sessions past their idle limit, forever (runs in the holds nursery): the held ones every second by
+        the service's own clock, and every ``sessions.idle_check_s`` the home's others by their stored limits and
+        usage files (named sessions found again after a restart, or used by in-process callers)."""
+        next_sweep = trio.current_time()
         while True:
             await trio.sleep(_REAP_EVERY_S)
             now = time.monotonic()
@@ -427,7 +449,29 @@ class Service:
                 limit = held.idle_limit_s
                 if limit is not None and held.busy == 0 and now - held.last_used > limit:
                     with suppress(ExecutorError):
-                        await self.stop(held.session.id, None)
+                        await self._stop_idle_held(held)
+            if trio.current_time() >= next_sweep and not self.draining:
+                next_sweep = trio.current_time() + self.settings.sessions.idle_check_s
+                try:
+                    report = await self.executor.backend.stop_idle(skip=frozenset(self.held))
+                except ExecutorError as exc:
+                    logger.warning("looking for idle sessions failed: %s", exc)
+                else:
+                    for stopped in report.idle_stopped:
+                        logger.info("stopped idle session %s", stopped)
+
+    async def _stop_idle_held(self, held: Held) -> None:
+        """Stop a held session that went idle: an unnamed one is removed, a named one's workspace is kept (its name
+        starts it again), as ``gc`` does."""
+        session = held.session
+        if session.name is None:
+            await self.stop(session.id, None)
+            return
+        held.closing.set()
+        with trio.move_on_after(_CLOSE_BUDGET_S):
+            await held.done.wait()
+        await self.executor.backend.stop_session(session.id, keep_workspace=True)
+        logger.info("stopped idle session %s (its workspace is kept)", session.name)
 
     # -- work --------------------------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from executor.journal import JournalWriter
 from executor.models import BashAction, CaptureSink, RunResult, RunSpec, StreamName, WriteAction
 from executor.sandbox.agent.client import AgentClient
 from executor.sandbox.base import SessionInfo
+from executor.sandbox.usage import usage_path
 from executor.session.api import (
     USE_DEFAULT,
     ArtifactBytes,
@@ -82,7 +83,12 @@ class Session:
             client, profile, self._settings.write, allow_outside_workspace=True, builtin_denials=False
         )
         self._gatekeeper = Gatekeeper(
-            session_id=info.id, profile=profile, gate=gate, journal=journal, artifacts=self.artifacts
+            session_id=info.id,
+            profile=profile,
+            gate=gate,
+            journal=journal,
+            artifacts=self.artifacts,
+            usage=usage_path(settings.home, info.id),
         )
         self._views = Views(
             session_id=info.id,

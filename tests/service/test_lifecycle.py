@@ -143,11 +143,11 @@ def test_sigkill_leaves_nothing_running_and_named_sessions_come_back(service_fac
 
 def test_bounds_from_settings(service_factory: Any) -> None:
     """approval_timeout_s denies an unanswered ask, result_stream_max_bytes bounds the raw streams,
-    download_max_bytes bounds a download, idle_s stops an idle session, and session_idle_s is the default limit."""
+    download_max_bytes bounds a download, idle_s stops an idle session, and sessions.idle_s is the default limit."""
     service: ServiceProcess = service_factory(
         service__approval_timeout_s="1",
         service__result_stream_max_bytes="16",
-        service__session_idle_s="777",
+        sessions__idle_s="777",
         service__download_max_bytes="2048",
     )
     service.start()
