@@ -186,3 +186,27 @@ def test_a_second_service_on_the_same_home_is_refused(service_factory: Any) -> N
     assert b"already listens" in done.stderr
     with service.client() as client:
         assert client.health().status == "ok"
+
+
+def test_a_restarted_service_finds_a_named_sessions_stored_idle_limit_and_enforces_it(service_factory: Any) -> None:
+    """A named session's idle limit is stored with it: after a restart the service reports it (with owner and idle
+    time) without holding the session, and stops it once idle, keeping its workspace."""
+    service: ServiceProcess = service_factory(sessions__idle_check_s="1")
+    name = new_name()
+    service.start()
+    try:
+        with service.client() as client:
+            view = client.create_session(name=name, idle_s=4)
+            assert view.idle_limit_s == 4 and view.owner is None
+            assert client.exec(name, "true").outcome == "completed"
+        service.stop()
+        service.start()
+        with service.client() as client:
+            found = client.session(name)
+            assert not found.held and found.idle_limit_s == 4 and found.state == "running"
+            assert found.idle_s is not None and found.idle_s >= 0
+            _poll(lambda: client.session(name).state != "running", 60, "the idle named session to stop")
+            stopped = client.session(name)
+            assert stopped.idle_s is None and stopped.idle_limit_s == 4
+    finally:
+        _stop_named(service, name)
