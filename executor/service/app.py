@@ -48,6 +48,7 @@ from executor.errors import (
     WriteError,
 )
 from executor.mcp.server import owner_for_token
+from executor.sandbox.agent.client import on_run_started
 from executor.sandbox.base import SessionInfo
 from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, owns
 from executor.service.openapi import openapi_document
@@ -287,7 +288,7 @@ class _Api:
             started = time.monotonic()
             try:
                 async with self.service.using(held):
-                    with tee_captures(tee, kind="bash", on_begin=artifacts.append):
+                    with tee_captures(tee, kind="bash", on_begin=artifacts.append), on_run_started(live.started):
                         result = await session.bash(
                             body.command,
                             cwd=body.cwd,
@@ -317,6 +318,12 @@ class _Api:
             live.close(ResultEvent(result=_exec_result(result, raw)))
 
         self.service.spawn(job)
+        # The stream begins once the command has started (or the gate answered, or it asks for an approval): a
+        # command that cannot start (a cwd that does not exist) is then a plain error response, like other input.
+        await live.begun.wait()
+        failed = live.failed_before_start()
+        if failed is not None and failed.error.type in _REJECTED_BEFORE_START:
+            return _error(400, failed.error.type, failed.error.message)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
@@ -528,6 +535,9 @@ def _validation_message(exc: ValidationError) -> str:
     where = ".".join(str(p) for p in first.get("loc", ())) or "body"
     return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
 
+
+_REJECTED_BEFORE_START: Final = frozenset({"CommandRejected", "PathRejected", "ContentRejected"})
+"""Errors of an exec that mean the caller's input was refused before anything ran (a 400, not a stream)."""
 
 _TEXT_STREAMS: Final = frozenset({"stdout", "stderr", "stdout_complete", "stderr_complete"})
 

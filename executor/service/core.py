@@ -86,6 +86,18 @@ class LiveStream:
         self._wake = trio.Event()
         self._closed = False
         self.detached = False
+        self.begun = trio.Event()
+        """Set once there is something to answer with: the command started (:meth:`started`), or a first event."""
+
+    def started(self) -> None:
+        """The command was spawned (its cwd existed): the stream may begin."""
+        self.begun.set()
+
+    def failed_before_start(self) -> ErrorEvent | None:
+        """The error that ended the stream before anything else happened, if that is how it ended."""
+        if self._closed and len(self._events) == 1 and isinstance(self._events[0], ErrorEvent):
+            return self._events[0]
+        return None
 
     def chunk(self, stream: str, data: bytes) -> None:
         """Queue bytes of ``stream`` (a capture tee: never blocks, never raises)."""
@@ -103,12 +115,14 @@ class LiveStream:
             self._events.append((name, bytearray(data)))
         self._buffered[name] += len(data)
         self._wake.set()
+        self.begun.set()
 
     def note(self, event: PendingEvent) -> None:
         """Queue an out-of-band note (an approval the command waits for)."""
         if not (self.detached or self._closed):
             self._events.append(event)
             self._wake.set()
+            self.begun.set()
 
     def close(self, event: ResultEvent | ErrorEvent) -> None:
         """Queue the final event; nothing follows it."""
@@ -119,6 +133,7 @@ class LiveStream:
         self._events.append(event)
         self._closed = True
         self._wake.set()
+        self.begun.set()
 
     def detach(self) -> None:
         """The client is gone: drop what is queued and everything after."""

@@ -42,7 +42,7 @@ from executor.session.gating import Gatekeeper
 from executor.session.output import OutputTools
 from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
-from executor.tools.bash import build_run_spec
+from executor.tools.bash import build_run_spec, cwd_rejection
 from executor.tools.write import AGENT_PATH, WriteTool
 
 __all__ = ["Session"]
@@ -222,6 +222,12 @@ class Session:
         with self._gatekeeper.execution(action_id, kind="bash", streams=("stdout", "stderr")) as execution:
             try:
                 result = await self._client.run(spec, execution.capture)
+            except AgentError as exc:
+                rejected = cwd_rejection(exc, spec.cwd)
+                if rejected is None:
+                    raise
+                execution.finish(status="rejected")
+                raise rejected from None
             except SandboxLost:
                 result = RunResult(
                     cause="sandbox_lost",
@@ -419,6 +425,10 @@ class Session:
             except SandboxLost:
                 result = _lost(execution.elapsed_ms())
             except AgentError as exc:
+                rejected = cwd_rejection(exc, spec.cwd)
+                if rejected is not None:
+                    execution.finish(status="rejected")
+                    raise rejected from None
                 if "could not start the command" not in str(exc):
                     raise
                 # as a shell reports it: 126 found but not executable, 127 not found
