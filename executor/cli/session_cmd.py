@@ -11,8 +11,9 @@ JSON shapes (``--json``):
 * ``session start``: ``{"outcome": "ok", "session": SESSION}``;
 * ``session ls``: ``{"outcome": "ok", "sessions": [SESSION, ...]}``;
 * ``session stop ID``: ``{"outcome": "ok", "stopped": "s-..."}``;
-* ``session gc``: ``{"outcome": "ok", "removed": ["executor-s-...", "executor-s-...-workspace", ...],
-  "kept": ["executor-s-...-workspace", ...]}``;
+* ``session gc``: ``{"outcome": "completed", "exit_code": 0, "removed": ["executor-s-...",
+  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...], "idle_stopped": [NAME, ...]}``
+  (named sessions stopped because they were idle past their limit; their workspaces are kept);
 * failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image,
   bad name, unknown session), 125 when the engine or the sandbox failed.
 
@@ -29,7 +30,7 @@ from typing import Literal, TypeVar
 import trio
 import typer
 
-from executor.cli._common import EXIT_USAGE, emit, fail, progress, state
+from executor.cli._common import EXIT_USAGE, emit, emit_done, fail, progress, state
 from executor.config import parse_idle_limit
 from executor.gate.judge import api_key_from
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
@@ -146,10 +147,11 @@ def gc(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
         return await backend.gc(all_homes=all_homes)
 
     report = _run(ctx, job)
-    lines = [f"removed {name}" for name in report.removed]
+    lines = [f"stopped {name} (idle past its limit)" for name in report.idle_stopped]
+    lines += [f"removed {name}" for name in report.removed]
     lines += [f"kept {name} (a named session's workspace; `executor session stop` deletes it)" for name in report.kept]
-    emit(
-        {"outcome": "ok", "removed": list(report.removed), "kept": list(report.kept)},
+    emit_done(
+        {"removed": list(report.removed), "kept": list(report.kept), "idle_stopped": list(report.idle_stopped)},
         "\n".join(lines) or "nothing to remove",
         json_mode=st.json,
     )
