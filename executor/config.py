@@ -15,6 +15,7 @@ default, a range and a docstring; the README's settings table is generated from 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from executor.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_DOCKER_HOST",
     "SHIPPED_IMAGES",
     "SHIPPED_POLICIES",
     "TOML_MAX_BYTES",
@@ -51,6 +53,7 @@ __all__ = [
     "SessionSettings",
     "Settings",
     "WriteSettings",
+    "docker_endpoint",
     "load_settings",
     "parse_bytes",
     "parse_idle_limit",
@@ -197,11 +200,88 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
+DEFAULT_DOCKER_HOST: Final = "unix:///var/run/docker.sock"
+"""The engine's default local socket."""
+_ENGINE_SCHEMES: Final = ("unix://", "tcp://")
+
+
+def _check_engine_url(value: str, origin: str) -> str:
+    if value.startswith("ssh://"):
+        raise ValueError(
+            f"{origin} {value!r}: ssh:// engines are not supported; forward the engine's socket "
+            "(`ssh -NL /tmp/docker.sock:/var/run/docker.sock HOST`) and use unix:///tmp/docker.sock"
+        )
+    if not value.startswith(_ENGINE_SCHEMES) or len(value) <= len("unix://"):
+        raise ValueError(f"{origin} {value!r} is not an engine address; use unix:///path or tcp://host:port")
+    return value
+
+
+def docker_endpoint(environ: Mapping[str, str]) -> str:
+    """Where the Docker CLI would connect, from its environment: ``DOCKER_HOST``; else the current Docker context
+    (``DOCKER_CONTEXT``, else ``currentContext`` in ``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json``), its
+    ``docker`` endpoint read from the context's ``meta.json``; else :data:`DEFAULT_DOCKER_HOST`.
+
+    Raises:
+        ConfigError: the named context does not exist or its metadata cannot be read; the address is not a
+            ``unix://`` or ``tcp://`` engine; the engine needs TLS (``DOCKER_TLS_VERIFY``, or a context with TLS
+            material), which the executor does not speak yet. The message names where the value came from.
+    """
+    host = environ.get("DOCKER_HOST", "").strip()
+    if host:
+        if environ.get("DOCKER_TLS_VERIFY", "").strip() not in ("", "0"):
+            raise ConfigError(f"DOCKER_HOST={host!r} with DOCKER_TLS_VERIFY: TLS engines are not supported yet")
+        return _engine_url(host, "DOCKER_HOST")
+    if environ.get("DOCKER_CONFIG"):
+        folder = Path(environ["DOCKER_CONFIG"])
+    elif environ.get("HOME"):
+        folder = Path(environ["HOME"]) / ".docker"
+    else:
+        return DEFAULT_DOCKER_HOST
+    name = environ.get("DOCKER_CONTEXT", "").strip()
+    origin = "DOCKER_CONTEXT"
+    if not name:
+        origin = f"currentContext in {folder / 'config.json'}"
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return DEFAULT_DOCKER_HOST
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{folder / 'config.json'}: cannot read the Docker configuration: {exc}") from None
+        name = str(config.get("currentContext") or "default") if isinstance(config, dict) else "default"
+    if name == "default":
+        return DEFAULT_DOCKER_HOST
+    context_id = hashlib.sha256(name.encode("utf-8")).hexdigest()
+    meta = folder / "contexts" / "meta" / context_id / "meta.json"
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        endpoint = data["Endpoints"]["docker"]
+        url = str(endpoint["Host"])
+    except FileNotFoundError:
+        raise ConfigError(
+            f"Docker context {name!r} ({origin}) does not exist under {folder}; `docker context ls` lists them"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"Docker context {name!r} ({origin}): cannot read its endpoint from {meta}: {exc}") from None
+    if (folder / "contexts" / "tls" / context_id / "docker").is_dir() or url.startswith("https://"):
+        raise ConfigError(f"Docker context {name!r} ({origin}) uses TLS, which the executor does not support yet")
+    return _engine_url(url, f"Docker context {name!r} ({origin})")
+
+
+def _engine_url(value: str, origin: str) -> str:
+    try:
+        return _check_engine_url(value, origin)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 class DockerSettings(_Section):
     """How the executor reaches the Docker engine."""
 
-    base_url: str = "unix:///var/run/docker.sock"
-    """Engine address: ``unix:///path`` (local) or ``tcp://host:port`` (remote; the agent then uses the exec bridge)."""
+    base_url: str = DEFAULT_DOCKER_HOST
+    """Engine address: ``unix:///path`` (local) or ``tcp://host:port`` (remote; the agent then uses the exec bridge).
+    Unset in every settings source, it is where the Docker CLI would connect: ``DOCKER_HOST``, else the current Docker
+    context (``DOCKER_CONTEXT`` or ``docker context use``), else the default socket. ``ssh://`` and TLS engines are
+    not supported yet (forward the socket over ssh)."""
     api_timeout_s: float = Field(60.0, gt=0, le=3600)
     """Timeout of one Engine API call, in seconds."""
     max_threads: int = Field(8, ge=1, le=128)
@@ -218,6 +298,11 @@ class DockerSettings(_Section):
     gc_min_age_s: float = Field(300.0, ge=0, le=30 * 86_400.0)
     """Age (from the ``executor.created`` label) a Created container or an orphaned volume must reach before
     ``gc`` reaps it, so that a session another process is opening right now is left alone."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _engine_address(cls, value: str) -> str:
+        return _check_engine_url(value, "engine address")
 
 
 class ImageSettings(_Section):
@@ -904,6 +989,10 @@ def load_settings(
     data = _deep_merge(data, env)
     if overrides:
         data = _deep_merge(data, overrides)
+    docker_section = data.get("docker")
+    if not (isinstance(docker_section, Mapping) and "base_url" in docker_section):
+        # No executor setting names the engine: go where the Docker CLI would (DOCKER_HOST, then the context).
+        data = _deep_merge(data, {"docker": {"base_url": docker_endpoint(environ)}})
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
