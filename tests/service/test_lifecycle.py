@@ -210,3 +210,21 @@ def test_a_restarted_service_finds_a_named_sessions_stored_idle_limit_and_enforc
             assert stopped.idle_s is None and stopped.idle_limit_s == 4
     finally:
         _stop_named(service, name)
+
+
+def test_a_held_named_session_idle_past_its_limit_keeps_its_workspace(service_factory: Any) -> None:
+    """The service stops a named session it holds once idle past the limit given at creation; its workspace stays, and
+    the name starts it again with its files."""
+    service: ServiceProcess = service_factory()
+    name = new_name()
+    service.start()
+    try:
+        with service.client() as client:
+            client.create_session(name=name, idle_s=2)
+            assert client.exec(name, "echo kept > note").outcome == "completed"
+            _poll(lambda: client.session(name).state != "running", 60, "the idle held session to stop")
+            assert not client.session(name).held
+            again = client.create_session(name=name)
+            assert again.idle_limit_s == 2 and client.exec(name, "cat note").stdout == b"kept\n"
+    finally:
+        _stop_named(service, name)
