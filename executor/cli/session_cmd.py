@@ -18,7 +18,9 @@ JSON shapes (``--json``):
   bad name, unknown session), 125 when the engine or the sandbox failed.
 
 ``SESSION`` is ``{"id", "name", "container_id", "image", "profile", "state", "created_at", "owner", "transport",
-"labels", "workspace_only"}`` (:class:`executor.sandbox.base.SessionInfo`).
+"labels", "workspace_only", "pooled", "idle_limit_s", "last_used_at", "busy"}``
+(:class:`executor.sandbox.base.SessionInfo`; ``idle_limit_s`` is a named session's stored idle limit, null for none,
+``last_used_at`` when its last command ended, null if none has since its container was created).
 """
 
 from __future__ import annotations
