@@ -205,7 +205,7 @@ def test_a_restarted_service_finds_a_named_sessions_stored_idle_limit_and_enforc
             found = client.session(name)
             assert not found.held and found.idle_limit_s == 4 and found.state == "running"
             assert found.idle_s is not None and found.idle_s >= 0
-            _poll(lambda: client.session(name).state != "running", 60, "the idle named session to stop")
+            _poll(lambda: client.session(name).idle_s is None, 60, "the idle named session's container to go")
             stopped = client.session(name)
             assert stopped.idle_s is None and stopped.idle_limit_s == 4
     finally:
@@ -222,7 +222,8 @@ def test_a_held_named_session_idle_past_its_limit_keeps_its_workspace(service_fa
         with service.client() as client:
             client.create_session(name=name, idle_s=2)
             assert client.exec(name, "echo kept > note").outcome == "completed"
-            _poll(lambda: client.session(name).state != "running", 60, "the idle held session to stop")
+            # Its container is gone (idle_s is None then), not merely stopping.
+            _poll(lambda: client.session(name).idle_s is None, 60, "the idle held session's container to go")
             assert not client.session(name).held
             again = client.create_session(name=name)
             assert again.idle_limit_s == 2 and client.exec(name, "cat note").stdout == b"kept\n"
