@@ -324,6 +324,10 @@ class DockerBackend(Backend):
             validate_session_name(name)
             same = [s for s in await self.list_sessions() if s.name == name]
             live = [s for s in same if s.state not in ("exited", "dead")]
+            if live and live[0].state == "removing":
+                raise SessionRejected(
+                    f"session {name!r} is being stopped (its container is being removed); retry in a moment"
+                )
             if live:
                 raise SessionRejected(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
             if same:
