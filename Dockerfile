@@ -1,12 +1,14 @@
-# The executor's own image: the MCP server over streamable HTTP, driving the host's Docker engine.
+# The executor's own image: the service (`executor serve`: the /v1 JSON API and MCP at /mcp) on TCP, driving the
+# host's Docker engine.
 #
 # Built offline (`just server-image`): its base is the `toolchain` session image (bootstrapped from the host's
 # apt sources, no registry needed), and every Python dependency comes from wheels prepared on the host in
 # build/wheels, so the build itself runs with `--network none`.
 #
-# Run it with the engine socket mounted (only this container gets it; sessions never do) and bearer tokens:
-#   docker run --rm -p 127.0.0.1:8765:8765 -v /var/run/docker.sock:/var/run/docker.sock \
-#     -e EXECUTOR_MCP__TOKENS='["a-long-random-token"]' executor/server
+# Run it with the engine socket mounted (only this container gets it; sessions never do) and bearer tokens (the
+# service refuses TCP without them); EXECUTOR_SERVICE__HOST / EXECUTOR_SERVICE__PORT change where it binds:
+#   docker run --rm -p 127.0.0.1:8766:8766 -v /var/run/docker.sock:/var/run/docker.sock \
+#     -e EXECUTOR_SERVICE__TOKENS='["a-long-random-token"]' executor/server
 ARG BASE=executor/toolchain:latest
 FROM ${BASE}
 
@@ -29,9 +31,11 @@ ENV PATH=/opt/venv/bin:$PATH \
     EXECUTOR_AGENT__BUILD_DIR=/opt/executor/agent \
     EXECUTOR_IMAGES__IMAGES_DIR=/opt/executor/images \
     EXECUTOR_GATE__POLICY_DIR=/opt/executor/policy \
-    EXECUTOR_MCP__HOST=0.0.0.0
+    EXECUTOR_SERVICE__TCP=true \
+    EXECUTOR_SERVICE__HOST=0.0.0.0 \
+    EXECUTOR_SERVICE__PORT=8766
 RUN executor agent build && mkdir -p /var/lib/executor && chmod 0700 /var/lib/executor
 
-EXPOSE 8765
+EXPOSE 8766
 ENTRYPOINT ["executor"]
-CMD ["mcp", "--transport", "http"]
+CMD ["serve"]

@@ -15,6 +15,7 @@ default, a range and a docstring; the README's settings table is generated from 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from executor.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_DOCKER_HOST",
     "SHIPPED_IMAGES",
     "SHIPPED_POLICIES",
     "TOML_MAX_BYTES",
@@ -48,10 +50,13 @@ __all__ = [
     "PoolSettings",
     "Profile",
     "ServiceSettings",
+    "SessionSettings",
     "Settings",
     "WriteSettings",
+    "docker_endpoint",
     "load_settings",
     "parse_bytes",
+    "parse_idle_limit",
     "parse_toml",
     "plain_validation_message",
     "read_toml",
@@ -139,6 +144,40 @@ def parse_bytes(value: object) -> int:
     raise ValueError("a size must be a number of bytes or a string like '512m'")
 
 
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+IDLE_LIMIT_MAX_S: Final = 365 * 86_400.0
+"""Longest idle limit a session may have (a year)."""
+
+
+def parse_idle_limit(value: object) -> float | None:
+    """Parse an idle limit: seconds (``3600``, ``"3600"``), a duration with a unit (``"30m"``, ``"2h"``, ``"1d"``,
+    ``"90s"``), or ``"none"`` (no limit, returned as None).
+
+    Raises:
+        ValueError: anything else, or a limit not above 0 or above a year; the message says what is accepted.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("an idle limit is seconds, a duration like '30m', or 'none'")
+    seconds: float
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        if value.strip().lower() == "none":
+            return None
+        match = _DURATION_RE.match(value)
+        if match is None:
+            raise ValueError(f"{value!r} is not an idle limit; give seconds, a duration like '30m' or '2h', or 'none'")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    else:
+        raise ValueError("an idle limit is seconds, a duration like '30m', or 'none'")
+    if not 0 < seconds <= IDLE_LIMIT_MAX_S:
+        raise ValueError(f"an idle limit must be above 0 and at most a year ({IDLE_LIMIT_MAX_S:.0f}s), or 'none'")
+    return seconds
+
+
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 """A byte count that also accepts ``"512m"``-style strings."""
 
@@ -161,11 +200,88 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
+DEFAULT_DOCKER_HOST: Final = "unix:///var/run/docker.sock"
+"""The engine's default local socket."""
+_ENGINE_SCHEMES: Final = ("unix://", "tcp://")
+
+
+def _check_engine_url(value: str, origin: str) -> str:
+    if value.startswith("ssh://"):
+        raise ValueError(
+            f"{origin} {value!r}: ssh:// engines are not supported; forward the engine's socket "
+            "(`ssh -NL /tmp/docker.sock:/var/run/docker.sock HOST`) and use unix:///tmp/docker.sock"
+        )
+    if not value.startswith(_ENGINE_SCHEMES) or len(value) <= len("unix://"):
+        raise ValueError(f"{origin} {value!r} is not an engine address; use unix:///path or tcp://host:port")
+    return value
+
+
+def docker_endpoint(environ: Mapping[str, str]) -> str:
+    """Where the Docker CLI would connect, from its environment: ``DOCKER_HOST``; else the current Docker context
+    (``DOCKER_CONTEXT``, else ``currentContext`` in ``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json``), its
+    ``docker`` endpoint read from the context's ``meta.json``; else :data:`DEFAULT_DOCKER_HOST`.
+
+    Raises:
+        ConfigError: the named context does not exist or its metadata cannot be read; the address is not a
+            ``unix://`` or ``tcp://`` engine; the engine needs TLS (``DOCKER_TLS_VERIFY``, or a context with TLS
+            material), which the executor does not speak yet. The message names where the value came from.
+    """
+    host = environ.get("DOCKER_HOST", "").strip()
+    if host:
+        if environ.get("DOCKER_TLS_VERIFY", "").strip() not in ("", "0"):
+            raise ConfigError(f"DOCKER_HOST={host!r} with DOCKER_TLS_VERIFY: TLS engines are not supported yet")
+        return _engine_url(host, "DOCKER_HOST")
+    if environ.get("DOCKER_CONFIG"):
+        folder = Path(environ["DOCKER_CONFIG"])
+    elif environ.get("HOME"):
+        folder = Path(environ["HOME"]) / ".docker"
+    else:
+        return DEFAULT_DOCKER_HOST
+    name = environ.get("DOCKER_CONTEXT", "").strip()
+    origin = "DOCKER_CONTEXT"
+    if not name:
+        origin = f"currentContext in {folder / 'config.json'}"
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return DEFAULT_DOCKER_HOST
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{folder / 'config.json'}: cannot read the Docker configuration: {exc}") from None
+        name = str(config.get("currentContext") or "default") if isinstance(config, dict) else "default"
+    if name == "default":
+        return DEFAULT_DOCKER_HOST
+    context_id = hashlib.sha256(name.encode("utf-8")).hexdigest()
+    meta = folder / "contexts" / "meta" / context_id / "meta.json"
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        endpoint = data["Endpoints"]["docker"]
+        url = str(endpoint["Host"])
+    except FileNotFoundError:
+        raise ConfigError(
+            f"Docker context {name!r} ({origin}) does not exist under {folder}; `docker context ls` lists them"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"Docker context {name!r} ({origin}): cannot read its endpoint from {meta}: {exc}") from None
+    if (folder / "contexts" / "tls" / context_id / "docker").is_dir() or url.startswith("https://"):
+        raise ConfigError(f"Docker context {name!r} ({origin}) uses TLS, which the executor does not support yet")
+    return _engine_url(url, f"Docker context {name!r} ({origin})")
+
+
+def _engine_url(value: str, origin: str) -> str:
+    try:
+        return _check_engine_url(value, origin)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 class DockerSettings(_Section):
     """How the executor reaches the Docker engine."""
 
-    base_url: str = "unix:///var/run/docker.sock"
-    """Engine address: ``unix:///path`` (local) or ``tcp://host:port`` (remote; the agent then uses the exec bridge)."""
+    base_url: str = DEFAULT_DOCKER_HOST
+    """Engine address: ``unix:///path`` (local) or ``tcp://host:port`` (remote; the agent then uses the exec bridge).
+    Unset in every settings source, it is where the Docker CLI would connect: ``DOCKER_HOST``, else the current Docker
+    context (``DOCKER_CONTEXT`` or ``docker context use``), else the default socket. ``ssh://`` and TLS engines are
+    not supported yet (forward the socket over ssh)."""
     api_timeout_s: float = Field(60.0, gt=0, le=3600)
     """Timeout of one Engine API call, in seconds."""
     max_threads: int = Field(8, ge=1, le=128)
@@ -182,6 +298,11 @@ class DockerSettings(_Section):
     gc_min_age_s: float = Field(300.0, ge=0, le=30 * 86_400.0)
     """Age (from the ``executor.created`` label) a Created container or an orphaned volume must reach before
     ``gc`` reaps it, so that a session another process is opening right now is left alone."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _engine_address(cls, value: str) -> str:
+        return _check_engine_url(value, "engine address")
 
 
 class ImageSettings(_Section):
@@ -461,8 +582,6 @@ class ServiceSettings(_Section):
     not read yet waits in memory up to ``stream_buffer_bytes``, then in an unlinked file under the home."""
     approval_timeout_s: float = Field(600.0, gt=0, le=7 * 86_400.0)
     """How long an ask waits for an out-of-band answer (``POST /v1/approvals/{id}``) before it is denied."""
-    session_idle_s: float | None = Field(3600.0, gt=0, le=365 * 86_400.0)
-    """Default idle limit of a session created through the service (none: no limit); a request may override it."""
     shutdown_grace_s: float = Field(30.0, ge=0, le=3600.0)
     """On SIGTERM, how long running commands may finish before their process groups are killed."""
 
@@ -470,6 +589,22 @@ class ServiceSettings(_Section):
     @classmethod
     def _long_tokens(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _check_tokens(value)
+
+
+class SessionSettings(_Section):
+    """Session lifetimes: the idle limit of named sessions and of sessions opened through the service."""
+
+    idle_s: Annotated[float | None, BeforeValidator(parse_idle_limit)] = 3600.0
+    """Default idle limit, in seconds (or a duration like ``"30m"``), of a named session and of any session opened
+    through the service: once this long has passed since its last command or call ended (and none runs), it is
+    stopped; a named session's
+    workspace volume is kept (using the name again recreates its container). None (``"none"`` in TOML or the
+    environment): no limit. A session may set its own at creation (``session start --idle``, ``idle_s`` in the
+    service's ``POST /v1/sessions`` and the Python API); a named session's limit is stored with it (a container
+    label) and enforced by the service, by ``session gc`` and by every executor start (``docker.gc_on_start``)."""
+    idle_check_s: float = Field(30.0, gt=0, le=86_400.0)
+    """How often the service looks for idle sessions of its home that it does not hold (found by their labels,
+    after a restart too), in seconds; the sessions it holds are checked every second."""
 
 
 class PoolSettings(_Section):
@@ -724,6 +859,8 @@ class Settings(BaseSettings):
     """MCP server."""
     service: ServiceSettings = ServiceSettings()
     """The service (``executor serve``)."""
+    sessions: SessionSettings = SessionSettings()
+    """Session lifetimes (idle limits)."""
 
     @field_validator("profiles", mode="before")
     @classmethod
@@ -854,6 +991,10 @@ def load_settings(
     data = _deep_merge(data, env)
     if overrides:
         data = _deep_merge(data, overrides)
+    docker_section = data.get("docker")
+    if not (isinstance(docker_section, Mapping) and "base_url" in docker_section):
+        # No executor setting names the engine: go where the Docker CLI would (DOCKER_HOST, then the context).
+        data = _deep_merge(data, {"docker": {"base_url": docker_endpoint(environ)}})
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:

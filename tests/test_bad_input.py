@@ -24,7 +24,14 @@ import trio
 
 from executor.artifacts import ArtifactStore
 from executor.config import load_settings
-from executor.errors import ArtifactError, CommandRejected, ConfigError, ExecutorError, SessionRejected
+from executor.errors import (
+    ArtifactError,
+    CommandRejected,
+    ConfigError,
+    ExecutorError,
+    SessionNotFound,
+    SessionRejected,
+)
 from executor.gate.policy import load_policy
 from executor.journal import read_journal_file
 from executor.session import open_executor
@@ -133,6 +140,34 @@ def test_cli_bad_session_names_and_undecodable_text_exit_2(base_image: str, home
     assert not (home / "etc").exists() and not Path("/etc/journal.ndjson").exists()
     assert _containers_of(home) == []
     _assert_journals_parse(home)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("exec", "--cwd", "/nonexistent", "--", "true"), "cwd '/nonexistent' cannot be entered in the session"),
+        (("exec", "--cwd", "/etc/hostname", "--", "true"), "cwd '/etc/hostname' cannot be entered"),
+        (("exec", "--image", "no-such-image", "--", "true"), "no image named 'no-such-image'"),
+        (("exec", "--profile", "nope", "--", "true"), "no profile named 'nope'; known profiles: ci, default"),
+        (("exec", "--session", "s-000000000000", "--", "true"), "no session s-000000000000; `executor session ls`"),
+        (("bg", "ls", "--session", "s-000000000000"), "no session 's-000000000000'"),
+        (("session", "stop", "s-000000000000"), "no session 's-000000000000'; `executor session ls` lists them"),
+        (("session", "start", "--image", "no-such-image"), "known image folders: "),
+        (("session", "start", "--name", "x", "--idle", "soon"), "--idle: 'soon' is not an idle limit"),
+        (("output", "read", "s-000000000000.a1"), "no artifact 's-000000000000.a1'"),
+    ],
+)
+def test_cli_what_does_not_exist_exits_2_naming_it(
+    base_image: str, home: Path, args: tuple[str, ...], needle: str
+) -> None:
+    """A cwd, image, profile, session or artifact that does not exist is one error line naming it and exit 2 (the
+    same under --json), never 125 or a traceback, and no session is left behind."""
+    ran = cli(home, *args)
+    narration = "".join(line + "\n" for line in ran.stderr.splitlines() if not line.startswith("==> "))
+    line = _one_error_line(Ran(ran.code, ran.stdout, narration), 2)
+    assert needle in line
+    assert needle in _json_error(cli(home, "--json", *args), 2)["error"]
+    assert _containers_of(home) == []
 
 
 @pytest.fixture(scope="module")
@@ -308,6 +343,15 @@ def test_api_raises_the_executors_own_errors(
                     await session.bash("echo \udcff")
                 with pytest.raises(CommandRejected, match=r"environment value of 'A' is not valid UTF-8"):
                     await session.bash("true", env={"A": "\udcff"})
+                with pytest.raises(CommandRejected, match=r"^cwd '/nonexistent' cannot be entered in the session"):
+                    await session.bash("true", cwd="/nonexistent")
+                with pytest.raises(CommandRejected, match=r"^cwd '/nonexistent' cannot be entered in the session"):
+                    await session.exec(["true"], cwd="/nonexistent")
+                with pytest.raises(CommandRejected, match=r"^cwd '/workspace/gone' cannot be entered in the session"):
+                    await session.start_task("sleep 1", cwd="gone")
+                with pytest.raises(SessionNotFound, match=r"^no session s-000000000000; `executor session ls`"):
+                    async with ex.attach_session("s-000000000000", create=True):
+                        pass
                 assert (await session.bash("echo still fine")).exit_code == 0
 
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from executor import config as config_module
-from executor.config import TOML_MAX_BYTES, Settings, load_settings, parse_bytes, settings_table
+from executor.config import DEFAULT_DOCKER_HOST, TOML_MAX_BYTES, Settings, load_settings, parse_bytes, settings_table
 from executor.errors import ConfigError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -218,3 +220,80 @@ def test_all_exports_exist() -> None:
     """Every name in config.__all__ is defined."""
     for name in config_module.__all__:
         assert hasattr(config_module, name), name
+
+
+def test_the_idle_limit_defaults_to_an_hour_and_takes_durations_and_none(tmp_path: Path) -> None:
+    """sessions.idle_s: 3600 by default; seconds, '30m', '2h' and 'none' (no limit) from a file or the environment."""
+    assert load_settings().sessions.idle_s == 3600.0
+    assert load_settings().sessions.idle_check_s == 30.0
+    assert load_settings(environ={"EXECUTOR_SESSIONS__IDLE_S": "30m"}).sessions.idle_s == 1800.0
+    assert load_settings(environ={"EXECUTOR_SESSIONS__IDLE_S": "none"}).sessions.idle_s is None
+    toml = tmp_path / "s.toml"
+    toml.write_text('[sessions]\nidle_s = "2h"\n')
+    assert load_settings(toml).sessions.idle_s == 7200.0
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "soon", "2y", "400d", "true"])
+def test_a_bad_idle_limit_fails_at_load(raw: str) -> None:
+    """An idle limit that is not positive seconds, a duration up to a year, or 'none' fails at load, named."""
+    with pytest.raises(ConfigError, match=r"sessions\.idle_s: .*(idle limit|at most a year)"):
+        load_settings(environ={"EXECUTOR_SESSIONS__IDLE_S": raw})
+    with pytest.raises(ConfigError, match=r"sessions\.idle_check_s"):
+        load_settings(overrides={"sessions": {"idle_check_s": 0}})
+
+
+def _context(folder: Path, name: str, host: str, *, current: bool = False) -> None:
+    """A Docker CLI context as `docker context create` lays it out (meta.json under the sha256 of its name)."""
+    meta = folder / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest()
+    meta.mkdir(parents=True)
+    endpoint = {"Host": host, "SkipTLSVerify": False}
+    (meta / "meta.json").write_text(json.dumps({"Name": name, "Metadata": {}, "Endpoints": {"docker": endpoint}}))
+    if current:
+        (folder / "config.json").write_text(json.dumps({"currentContext": name}))
+
+
+def test_the_engine_is_where_the_docker_cli_would_connect(tmp_path: Path) -> None:
+    """docker.base_url, when no source sets it: DOCKER_HOST, else DOCKER_CONTEXT, else config.json's currentContext
+    (under DOCKER_CONFIG or ~/.docker), else the default socket; an executor setting wins over all of them."""
+    folder = tmp_path / "dockercfg"
+    _context(folder, "ctx-a", "unix:///run/a.sock", current=True)
+    _context(folder, "ctx-b", "tcp://10.0.0.2:2375")
+    env = {"DOCKER_CONFIG": str(folder)}
+    assert load_settings().docker.base_url == DEFAULT_DOCKER_HOST
+    assert load_settings(environ=env).docker.base_url == "unix:///run/a.sock"
+    assert load_settings(environ={**env, "DOCKER_CONTEXT": "ctx-b"}).docker.base_url == "tcp://10.0.0.2:2375"
+    assert load_settings(environ={**env, "DOCKER_CONTEXT": "default"}).docker.base_url == DEFAULT_DOCKER_HOST
+    both = {**env, "DOCKER_CONTEXT": "ctx-b", "DOCKER_HOST": "unix:///run/h.sock"}
+    assert load_settings(environ=both).docker.base_url == "unix:///run/h.sock"
+    explicit = {**both, "EXECUTOR_DOCKER__BASE_URL": "unix:///run/x.sock"}
+    assert load_settings(environ=explicit).docker.base_url == "unix:///run/x.sock"
+    home = tmp_path / "home"
+    _context(home / ".docker", "ctx-h", "unix:///run/home.sock", current=True)
+    assert load_settings(environ={"HOME": str(home)}).docker.base_url == "unix:///run/home.sock"
+    assert load_settings(environ={"HOME": str(tmp_path / "nobody")}).docker.base_url == DEFAULT_DOCKER_HOST
+
+
+@pytest.mark.parametrize(
+    ("environ", "needle"),
+    [
+        (
+            {"DOCKER_CONTEXT": "nope"},
+            r"Docker context 'nope' \(DOCKER_CONTEXT\) does not exist under .*docker context ls",
+        ),
+        ({"DOCKER_HOST": "ssh://user@box"}, r"DOCKER_HOST 'ssh://user@box': ssh:// engines are not supported"),
+        ({"DOCKER_HOST": "box:2375"}, r"DOCKER_HOST 'box:2375' is not an engine address"),
+        ({"DOCKER_HOST": "tcp://box:2376", "DOCKER_TLS_VERIFY": "1"}, r"TLS engines are not supported yet"),
+        ({"DOCKER_CONTEXT": "tls"}, r"Docker context 'tls' \(DOCKER_CONTEXT\) uses TLS"),
+        ({"EXECUTOR_DOCKER__BASE_URL": "http//x"}, r"docker\.base_url: engine address 'http//x' is not an engine"),
+    ],
+)
+def test_an_engine_that_cannot_be_reached_this_way_fails_at_load(
+    tmp_path: Path, environ: dict[str, str], needle: str
+) -> None:
+    """A missing context, an ssh:// or TLS engine, or an address that is no engine is refused at load, naming where it
+    came from."""
+    folder = tmp_path / "dockercfg"
+    _context(folder, "tls", "tcp://box:2376")
+    (folder / "contexts" / "tls" / hashlib.sha256(b"tls").hexdigest() / "docker").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=needle):
+        load_settings(environ={"DOCKER_CONFIG": str(folder), **environ})

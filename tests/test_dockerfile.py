@@ -1,4 +1,4 @@
-"""The executor's own image builds offline on the bootstrapped toolchain image and serves MCP over HTTP."""
+"""The executor's own image builds offline on the bootstrapped toolchain image and runs the service (API and MCP)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 from mcp import Client
@@ -14,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import TextContent
 
+from executor.client import AsyncClient
 from executor.config import load_settings
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -58,8 +60,9 @@ def server_image() -> str:
     return TAG
 
 
-async def test_server_image_serves_mcp_over_http_with_the_engine_socket(server_image: str) -> None:
-    """A client with the right token lists the tools and runs a command in a session started by the container."""
+async def test_server_image_runs_the_service_on_tcp_with_the_engine_socket(server_image: str) -> None:
+    """The container runs `executor serve` on TCP with the token from its environment: the JSON API runs a command in
+    a session it started (401 without the token), and MCP is served beside it at /mcp."""
     token = secrets.token_hex(16)
     name = f"executor-server-test-{secrets.token_hex(4)}"
     run = await trio.run_process(
@@ -71,34 +74,40 @@ async def test_server_image_serves_mcp_over_http_with_the_engine_socket(server_i
             "--name",
             name,
             "-p",
-            "127.0.0.1::8765",
+            "127.0.0.1::8766",
             "-v",
             "/var/run/docker.sock:/var/run/docker.sock",
             "-e",
-            f'EXECUTOR_MCP__TOKENS=["{token}"]',
+            f'EXECUTOR_SERVICE__TOKENS=["{token}"]',
             server_image,
         ],
         capture_stdout=True,
     )
     assert run.returncode == 0
     try:
-        port = (await trio.run_process(["docker", "port", name, "8765/tcp"], capture_stdout=True)).stdout
-        url = f"http://{port.decode().strip().splitlines()[0]}/mcp"
-        with trio.fail_after(120):
+        port = (await trio.run_process(["docker", "port", name, "8766/tcp"], capture_stdout=True)).stdout
+        base = f"http://{port.decode().strip().splitlines()[0]}"
+        with trio.fail_after(180):
             while True:
                 logs = await trio.run_process(["docker", "logs", name], capture_stdout=True, capture_stderr=True)
                 if b"listening on" in logs.stderr + logs.stdout:
                     break
                 await trio.sleep(0.3)
+            async with httpx.AsyncClient(base_url=base, timeout=120) as raw:
+                assert (await raw.get("/v1/health")).status_code == 401
+            async with AsyncClient(base, token=token) as client:
+                session = await client.create_session()
+                result = await client.exec(session.id, "echo served-from-the-image; id -u")
+                assert result.outcome == "completed" and result.stdout == b"served-from-the-image\n1000\n"
+                await client.stop_session(session.id)
             async with (
                 create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
-                Client(streamable_http_client(url, http_client=http)) as client,
+                Client(streamable_http_client(f"{base}/mcp", http_client=http)) as mcp,
             ):
-                tools = await client.list_tools()
+                tools = await mcp.list_tools()
                 assert {"bash", "read_output", "search_output", "write_file"} <= {t.name for t in tools.tools}
-                result = await client.call_tool("bash", {"command": "echo served-from-the-image; id -u"})
-                text = "".join(c.text for c in result.content if isinstance(c, TextContent))
-                assert "served-from-the-image" in text and "\n1000\n" in text
+                called = await mcp.call_tool("bash", {"command": "echo over-mcp"})
+                assert "over-mcp" in "".join(c.text for c in called.content if isinstance(c, TextContent))
     finally:
         with trio.CancelScope(shield=True):
-            await trio.run_process(["docker", "stop", "-t", "10", name], check=False, capture_stdout=True)
+            await trio.run_process(["docker", "stop", "-t", "30", name], check=False, capture_stdout=True)

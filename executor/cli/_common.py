@@ -12,7 +12,11 @@ Exit codes (documented in the README):
 * ``130``: interrupted (Ctrl-C).
 
 Under ``--json`` every command prints one JSON object whose ``outcome`` field tells these apart, so a
-command that itself exits 124 is never mistaken for a timeout.
+command that itself exits 124 is never mistaken for a timeout. One vocabulary for every command: ``completed`` when
+it did its job, ``failed`` when it ran and found a failure (a command's non-zero exit, an expectation not met),
+``error`` when it could not (bad input, the executor failing), and the gate's ``blocked``/``denied`` and
+``timeout``/``cancelled``; ``exit_code`` (this process's status) is always present. A usage error (an unknown
+option, a missing argument) under ``--json`` is that error object too, on stdout, instead of the usage box.
 
 Every command runs under one exit-code wrapper (:class:`GuardedGroup`, the root command's class): whatever
 escapes a command is mapped here by :func:`failure_of` and reported as one line (``error: ...`` on stderr, or the
@@ -27,11 +31,13 @@ import os
 import select
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
 import typer
+from typer._click.exceptions import UsageError  # typer's own (vendored) click raises these
 from typer.core import TyperGroup
 
 from executor.config import Settings, load_settings
@@ -118,6 +124,12 @@ def emit(data: dict[str, Any], text: str, *, json_mode: bool) -> None:
     elif text:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
+
+
+def emit_done(data: dict[str, Any], text: str, *, json_mode: bool, code: int = 0, outcome: str = "completed") -> None:
+    """Print what a command did: under --json one object ``{"outcome": "completed", "exit_code": 0, **data}`` (the
+    outcome vocabulary of every command; ``exit_code`` is this process's status), else ``text``."""
+    emit({"outcome": outcome, "exit_code": code, **data}, text, json_mode=json_mode)
 
 
 def progress(message: str, *, json_mode: bool) -> None:
@@ -207,12 +219,38 @@ def _stdout_gone() -> bool:
     return any(event & select.POLLERR for _, event in events)
 
 
+def _json_requested(args: Sequence[str]) -> bool:
+    end = list(args).index("--") if "--" in args else len(args)
+    return "--json" in args[:end]
+
+
+def _usage_error_json(exc: UsageError) -> NoReturn:
+    where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+    fail(f"{_one_line(exc.format_message())}{where}", code=EXIT_USAGE, json_mode=True)
+
+
 class GuardedGroup(TyperGroup):
-    """The root command: every command below it runs under the one exit-code wrapper (:func:`failure_of`)."""
+    """The root command: every command below it runs under the one exit-code wrapper (:func:`failure_of`), and
+    under ``--json`` a usage error (an unknown option or command, a missing argument) is the error object on stdout
+    rather than the usage box on stderr."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        json_mode = _json_requested(args)
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UsageError as exc:
+            if json_mode:
+                _usage_error_json(exc)
+            raise
 
     def invoke(self, ctx: Any) -> Any:  # typer's own (vendored) click Context
         try:
             return super().invoke(ctx)
+        except UsageError as exc:
+            obj = ctx.obj
+            if obj.json if isinstance(obj, CliState) else bool(ctx.params.get("json_output")):
+                _usage_error_json(exc)
+            raise
         except _PASS_THROUGH:
             raise
         except BaseException as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 import typer
 
-from executor.cli._common import EXIT_USAGE, emit, fail, state
+from executor.cli._common import EXIT_USAGE, emit_done, fail, state
 from executor.config import Settings, load_settings
 from executor.errors import ConfigError, EngineError, EngineUnavailable, ImageError
 from executor.gate.policy import load_profile_policy, policy_path
@@ -109,13 +109,13 @@ def check(ctx: typer.Context, file: Path = typer.Argument(..., help="A TOML sett
     try:
         settings = load_settings(file)
     except ConfigError as exc:
-        fail(str(exc), code=EXIT_USAGE, json_mode=json_mode, outcome="invalid")
+        fail(str(exc), code=EXIT_USAGE, json_mode=json_mode)
     problems, notes = check_references(settings)
     if problems:
         message = f"{file}: {len(problems)} problem(s):\n" + "\n".join(f"  {p}" for p in problems)
-        fail(message, code=EXIT_USAGE, json_mode=json_mode, outcome="invalid")
+        fail(message, code=EXIT_USAGE, json_mode=json_mode)
     text = "\n".join([f"{file}: valid", *(f"note: {n}" for n in notes)])
-    emit({"outcome": "valid", "file": str(file), "notes": notes}, text, json_mode=json_mode)
+    emit_done({"file": str(file), "notes": notes}, text, json_mode=json_mode)
 
 
 @app.command("show")
@@ -128,4 +128,4 @@ def show(ctx: typer.Context) -> None:
     lines = [json.dumps(data, indent=2, sort_keys=True), "", "where each profile's image and policy come from:"]
     for name, where in sources.items():
         lines.append(f"  {name}: image from {where['image']}; policy {where['policy']}")
-    emit({"outcome": "ok", "settings": data, "sources": sources}, "\n".join(lines), json_mode=st.json)
+    emit_done({"settings": data, "sources": sources}, "\n".join(lines), json_mode=st.json)

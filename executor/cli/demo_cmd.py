@@ -5,6 +5,9 @@ hardening seen from inside, a staged write with its diff and decision, a command
 ``read_output`` and ``search_output``, a command the policy asks about (blocked: nobody can approve), a timeout whose
 whole process group is killed, a background task read by byte offsets, and the journal with the replay command that
 re-scores it.
+
+``--json`` prints no narration, only ``{"outcome": "completed", "exit_code": 0, "session": "s-...", "journal": PATH,
+"steps": [{"title": ..., "outcomes": ["completed", "blocked", ...]}]}``.
 """
 
 from __future__ import annotations
@@ -12,23 +15,36 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from typing import Any
 
 import trio
 import typer
 
-from executor.cli._common import state
+from executor.cli._common import emit_done, state
 from executor.gate.judge import api_key_from
 from executor.session import ToolResult, open_executor
 
 
-def _say(title: str) -> None:
-    sys.stdout.write(f"\n\033[1m== {title}\033[0m\n" if sys.stdout.isatty() else f"\n== {title}\n")
+class _Narrator:
+    """Narrates the demo on stdout, or (under ``--json``) keeps each step's title and outcomes for the one object."""
 
+    def __init__(self, *, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.steps: list[dict[str, Any]] = []
 
-def _show(result: ToolResult) -> None:
-    sys.stdout.write(f"   outcome: {result.outcome}\n")
-    sys.stdout.write(textwrap.indent(result.text.rstrip("\n"), "   | ") + "\n")
-    sys.stdout.flush()
+    def write(self, text: str) -> None:
+        if not self.json_mode:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def say(self, title: str) -> None:
+        self.steps.append({"title": title, "outcomes": []})
+        self.write(f"\n\033[1m== {title}\033[0m\n" if sys.stdout.isatty() else f"\n== {title}\n")
+
+    def show(self, result: ToolResult) -> None:
+        self.steps[-1]["outcomes"].append(result.outcome)
+        self.write(f"   outcome: {result.outcome}\n")
+        self.write(textwrap.indent(result.text.rstrip("\n"), "   | ") + "\n")
 
 
 _HARDENING = r"""
@@ -50,61 +66,63 @@ echo "processes of the killed command still alive: $n"
 """
 
 
-async def _demo(settings: object) -> None:
+async def _demo(settings: object, out: _Narrator) -> dict[str, str]:
     from executor.config import Settings
 
     assert isinstance(settings, Settings)
     api_key = api_key_from(settings.gate.judge, os.environ)
     async with open_executor(settings, approval_handler=None, api_key=api_key, surface="cli") as ex:
-        _say("1. start a session (hardened container, our agent as PID 1)")
+        out.say("1. start a session (hardened container, our agent as PID 1)")
         async with ex.open_session() as session:
-            sys.stdout.write(f"   session {session.id}, image {session.info.image}, profile {session.info.profile}\n")
-            _show(await session.bash(_HARDENING))
+            session_id = session.id
+            out.write(f"   session {session.id}, image {session.info.image}, profile {session.info.profile}\n")
+            out.show(await session.bash(_HARDENING))
 
-            _say("2. write a file: staged, symlink-safe, gated on the exact path and content")
+            out.say("2. write a file: staged, symlink-safe, gated on the exact path and content")
             script = (
                 "#!/usr/bin/env python3\n"
                 "for i in range(1, 2001):\n"
                 "    print(f'line {i}: ok' if i % 500 else f'line {i}: ERROR disk quota')\n"
             )
-            _show(await session.write_file("report.py", script))
+            out.show(await session.write_file("report.py", script))
 
-            _say("3. a command with long output: a bounded view, everything kept whole")
+            out.say("3. a command with long output: a bounded view, everything kept whole")
             long = await session.bash("python3 report.py")
-            _show(long)
+            out.show(long)
             assert long.artifact_id is not None
-            _say("   ...recover a page with read_output (no re-run)")
-            _show(await session.read_output(long.artifact_id, start_line=995, line_count=10))
-            _say("   ...and find the errors with search_output")
-            _show(await session.search_output(long.artifact_id, pattern=r"ERROR", limit=10))
+            out.say("   ...recover a page with read_output (no re-run)")
+            out.show(await session.read_output(long.artifact_id, start_line=995, line_count=10))
+            out.say("   ...and find the errors with search_output")
+            out.show(await session.search_output(long.artifact_id, pattern=r"ERROR", limit=10))
 
-            _say("4. a command the policy asks about, with nobody to approve it (non-interactive)")
-            _show(await session.bash("git reset --hard HEAD~1"))
+            out.say("4. a command the policy asks about, with nobody to approve it (non-interactive)")
+            out.show(await session.bash("git reset --hard HEAD~1"))
 
-            _say("5. a timeout: the whole process group is killed, including a TERM-ignoring child")
-            _show(
+            out.say("5. a timeout: the whole process group is killed, including a TERM-ignoring child")
+            out.show(
                 await session.bash(
                     "trap '' TERM; (trap '' TERM; sleep 300) & sleep 300 & echo started; wait", timeout_ms=1000
                 )
             )
-            _show(await session.bash(_ALIVE))
+            out.show(await session.bash(_ALIVE))
 
-            _say("6. a background task, read by byte offsets while it runs")
+            out.say("6. a background task, read by byte offsets while it runs")
             started = await session.start_task("for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done")
-            _show(started)
+            out.show(started)
             task_id = str(started.task_id)
             offset = 0
             for _ in range(4):
                 await trio.sleep(0.4)
                 chunk = await session.read_task(task_id, offset=offset)
-                _show(chunk)
+                out.show(chunk)
                 offset = int((chunk.data or {}).get("next_offset", offset))  # type: ignore[call-overload]  # JSON int
 
             journal = session.journal_path
-        _say("7. the journal of every decision, and how to re-score it offline")
-        sys.stdout.write(f"   journal: {journal}\n")
-        sys.stdout.write(f"   replay:  executor replay {journal} --trust 2\n")
-        sys.stdout.write("   the session container and its workspace were removed; nothing it started survives.\n")
+        out.say("7. the journal of every decision, and how to re-score it offline")
+        out.write(f"   journal: {journal}\n")
+        out.write(f"   replay:  executor replay {journal} --trust 2\n")
+        out.write("   the session container and its workspace were removed; nothing it started survives.\n")
+    return {"session": session_id, "journal": str(journal)}
 
 
 app = typer.Typer(help="Run the narrated main job.")
@@ -115,4 +133,6 @@ def demo(ctx: typer.Context) -> None:
     """The main job on the embedded defaults, narrated step by step."""
     st = state(ctx)
     settings = st.settings()
-    trio.run(_demo, settings)
+    out = _Narrator(json_mode=st.json)
+    facts = trio.run(_demo, settings, out)
+    emit_done({**facts, "steps": out.steps}, "", json_mode=st.json)

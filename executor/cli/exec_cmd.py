@@ -16,9 +16,9 @@ from); ``--json`` prints one object (below). Both paths behave the same: over a 
 Exit codes:
 
 * the command's own status: ``0``, ``1``..``255``, ``128+N`` when signal N ended it (``137`` for the OOM killer);
-* ``2``: bad input (an unknown profile, image or session, a bad session name, a bad ``--env``, invalid UTF-8 in the
-  command or ``--env``, a timeout above the cap, an unreadable ``--stdin`` file or one over
-  ``bash.max_stdin_bytes``);
+* ``2``: bad input (an unknown profile, image or session, a session id of no session, a ``--cwd`` that does not
+  exist in the session, a bad session name, a bad ``--env``, invalid UTF-8 in the command or ``--env``, a timeout
+  above the cap, an unreadable ``--stdin`` file or one over ``bash.max_stdin_bytes``);
 * ``75``: blocked: the policy asks about the command and nobody can answer (no terminal); nothing ran;
 * ``77``: denied by the policy or the judge, or the approval was declined; nothing ran;
 * ``124``: the command hit ``--timeout-ms`` (its whole process group was killed);

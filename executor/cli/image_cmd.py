@@ -1,15 +1,14 @@
 """``executor image build [NAME] | ls | rm REF | prune``.
 
-JSON shapes (``--json``):
+JSON shapes (``--json``), each also with ``"outcome": "completed", "exit_code": 0``:
 
-* ``image build``: ``{"outcome": "ok", "image": {"name", "tag", "image_id", "action", "base", "base_action",
+* ``image build``: ``{"image": {"name", "tag", "image_id", "action", "base", "base_action",
   "inputs_hash", "log"}}`` where ``action`` is ``built``, ``skipped`` (up to date), ``present`` or ``pulled``, and
   ``log`` is the full build log kept under ``$EXECUTOR_HOME/logs`` when something was built;
-* ``image ls``: ``{"outcome": "ok", "images": [{"tags", "image_id", "size", "created", "kind", "inputs_hash",
-  "profiles", "derived_from"}]}``;
-* ``image rm``: ``{"outcome": "ok", "removed": {...one image...}}``;
-* ``image prune``: ``{"outcome": "ok", "removed": [...], "kept": [{"image": {...}, "reason": "..."}],
-  "reclaimed_bytes": N}``;
+* ``image ls``: ``{"images": [{"tags", "image_id", "size", "created", "kind", "inputs_hash", "profiles",
+  "derived_from"}]}``;
+* ``image rm``: ``{"removed": {...one image...}}``;
+* ``image prune``: ``{"removed": [...], "kept": [{"image": {...}, "reason": "..."}], "reclaimed_bytes": N}``;
 * failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for an unknown image name (the message lists
   the known ones), 125 for the executor's own failure.
 """
@@ -23,7 +22,7 @@ from typing import TypeVar
 import trio
 import typer
 
-from executor.cli._common import emit, progress, state
+from executor.cli._common import emit_done, progress, state
 from executor.config import Settings
 from executor.sandbox.docker import (
     DockerEngine,
@@ -94,8 +93,8 @@ def build(
         "present": "present",
         "pulled": "pulled",
     }
-    emit(
-        {"outcome": "ok", "image": result.model_dump(mode="json")},
+    emit_done(
+        {"image": result.model_dump(mode="json")},
         f"{result.tag}: {words[result.action]} ({result.image_id[:19]})",
         json_mode=st.json,
     )
@@ -116,7 +115,7 @@ def ls(ctx: typer.Context) -> None:
         lines.append(
             f"{info.kind:8} {tag:44} {info.image_id[:19]:19} {_size(info.size):>8}  {', '.join(info.profiles) or '-'}"
         )
-    emit({"outcome": "ok", "images": [i.model_dump(mode="json") for i in images]}, "\n".join(lines), json_mode=st.json)
+    emit_done({"images": [i.model_dump(mode="json") for i in images]}, "\n".join(lines), json_mode=st.json)
 
 
 @app.command("rm")
@@ -128,8 +127,8 @@ def rm(ctx: typer.Context, ref: str = typer.Argument(..., help="A tag or id from
         return await remove_image(engine, ref)
 
     info = _run(ctx, job)
-    emit(
-        {"outcome": "ok", "removed": info.model_dump(mode="json")},
+    emit_done(
+        {"removed": info.model_dump(mode="json")},
         f"removed {ref} ({info.image_id[:19]}, {_size(info.size)})",
         json_mode=st.json,
     )
@@ -148,9 +147,8 @@ def prune(ctx: typer.Context) -> None:
     lines = [f"removed {', '.join(i.tags) or i.image_id[:19]} ({_size(i.size)})" for i in result.removed]
     lines += [f"kept {', '.join(i.tags) or i.image_id[:19]}: {reason}" for i, reason in result.kept]
     lines.append(f"{len(result.removed)} removed, {len(result.kept)} kept, {_size(result.reclaimed)} reclaimed")
-    emit(
+    emit_done(
         {
-            "outcome": "ok",
             "removed": [i.model_dump(mode="json") for i in result.removed],
             "kept": [{"image": i.model_dump(mode="json"), "reason": reason} for i, reason in result.kept],
             "reclaimed_bytes": result.reclaimed,

@@ -1,9 +1,10 @@
 """``executor policy test``: what the gate would decide for an action, without running anything.
 
-Shapes (``--json``): ``{"outcome": "ok", "decision": "allow|ask|deny", "static_only": bool, "trust": N,
-"policy": {"name", "file", "sha256"}, "matches": [{"rule", "kind", "decision", "justification"}],
-"judgments": [{"provider", "answers", "error"}], "reasons": [...]}``. With ``--expect`` a different decision
-exits 1, so a policy's intended decisions can be kept as a script of checks.
+Shapes (``--json``): ``{"outcome": "completed" | "failed", "exit_code": 0 | 1, "decision": "allow|ask|deny",
+"static_only": bool, "trust": N, "policy": {"name", "file", "sha256"}, "matches": [{"rule", "kind", "decision",
+"justification"}], "judgments": [{"provider", "answers", "error"}], "reasons": [...]}``. With ``--expect`` a
+different decision is outcome ``failed`` and exits 1, so a policy's intended decisions can be kept as a script of
+checks.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Literal
 import trio
 import typer
 
-from executor.cli._common import EXIT_USAGE, emit, fail, state
+from executor.cli._common import EXIT_USAGE, emit_done, fail, state
 from executor.config import Settings
 from executor.errors import ConfigError, ExecutorError
 from executor.gate.gate import Gate, GateOutcome
@@ -118,9 +119,9 @@ def test(
             answers = ", ".join(f"{key}={value}" for key, value in sorted(record.answers.items()))
             lines.append(f"judge {record.provider}: {answers}")
     lines += [f"  {reason}" for reason in outcome.reasons if not reason.startswith("policy rule")]
-    emit(
+    missed = expect is not None and outcome.decision != expect
+    emit_done(
         {
-            "outcome": "ok",
             "decision": outcome.decision,
             "static_only": outcome.static_only,
             "trust": outcome.trust,
@@ -134,8 +135,10 @@ def test(
         },
         "\n".join(lines),
         json_mode=st.json,
+        code=1 if missed else 0,
+        outcome="failed" if missed else "completed",
     )
-    if expect is not None and outcome.decision != expect:
+    if missed:
         if not st.json:
             typer.echo(f"expected {expect}, got {outcome.decision}", err=True)
         raise typer.Exit(1)

@@ -2,12 +2,16 @@
 
 Reads a journal leniently (refused lines are reported by number), re-decides its decisions offline and prints
 a report: one JSON object under ``--json`` (global, before the subcommand, or local, after it), else tables.
-Nothing recorded is executed and no approval is made. With this home's journal key every line's MAC and chain
-are verified and failures are reported by line; a journal this home cannot verify (no key, another home's key,
-unsigned) is replayed in an explicit *unverified* mode: the first line of the report and ``verification`` in JSON
-say so. Only regular files up to ``journal.max_file_bytes`` are read. Exit codes: 0 when the journal had valid
-records (even if some lines were refused); 2 for bad usage, an unreadable policy or journal file, or a journal
-with no valid record at all.
+Nothing recorded is executed and no approval is made. With this home's journal key every line's MAC and chain are
+verified and failures are reported by line; a journal this home cannot verify (no key, another home's key, unsigned)
+is replayed in an explicit *unverified* mode: the first line of the report and ``verification`` in JSON say so. Only
+regular files up to ``journal.max_file_bytes`` are read. Exit codes: 0 when the journal had valid records (even if
+some lines were refused); 2 for bad usage, an unreadable policy or journal file, or a journal with no valid record
+at all.
+
+``--json``: ``{"outcome": "completed", "exit_code": 0, "journal_errors": bool (some lines were refused; the report
+lists them), "journal", "verification", "verification_note", ...the report}``; a journal with no valid record is
+``{"outcome": "error", "error": MESSAGE, "exit_code": 2, ...}`` with the same report (its ``errors`` say why).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 import trio
 import typer
 
-from executor.cli._common import EXIT_USAGE, emit, fail, state
+from executor.cli._common import EXIT_USAGE, emit_done, fail, state
 from executor.config import Settings
 from executor.errors import ConfigError, JournalError
 from executor.gate.judge import api_key_from, open_judge
@@ -69,21 +73,27 @@ def replay_command(
         fail(str(exc), code=EXIT_USAGE, json_mode=json_mode)
     report = trio.run(_run, read, settings, trust, loaded, checked_mode)
     unreadable = not read.records
-    outcome = "unreadable" if unreadable else ("journal_errors" if read.issues else "ok")
     code = EXIT_USAGE if unreadable else 0
+    message = f"no valid record could be read from {_clean(str(journal))}"
     data = {
-        "outcome": outcome,
-        "exit_code": code,
+        **({"error": message} if unreadable else {}),
+        "journal_errors": bool(read.issues),
         "journal": str(journal),
         "verification": read.verification,
         "verification_note": read.note,
         **report.model_dump(mode="json"),
     }
     text = render(report, journal=str(journal))
-    emit(data, f"journal {read.verification.upper()}: {read.note}\n{text}", json_mode=json_mode)
+    emit_done(
+        data,
+        f"journal {read.verification.upper()}: {read.note}\n{text}",
+        json_mode=json_mode,
+        code=code,
+        outcome="error" if unreadable else "completed",
+    )
     if unreadable:
         if not json_mode:
-            typer.echo(f"error: no valid record could be read from {_clean(str(journal))}", err=True)
+            typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)
 
 

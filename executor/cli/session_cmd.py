@@ -12,7 +12,8 @@ JSON shapes (``--json``; :mod:`executor.cli.shapes`, the same over a running ser
 * ``session ls``: ``{"outcome": "completed", "exit_code": 0, "sessions": [SESSION, ...]}``;
 * ``session stop ID``: ``{"outcome": "completed", "exit_code": 0, "stopped": "s-..."}``;
 * ``session gc``: ``{"outcome": "completed", "exit_code": 0, "removed": ["executor-s-...",
-  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...]}``;
+  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...], "idle_stopped": [NAME, ...]}``
+  (named sessions stopped because they were idle past their limit; their workspaces are kept);
 * failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image,
   bad name, unknown session), 125 when the engine or the sandbox failed.
 
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import trio
 import typer
 
 from executor.cli import shapes
-from executor.cli._common import emit, progress, state
+from executor.cli._common import EXIT_USAGE, emit, emit_done, fail, progress, state
+from executor.config import parse_idle_limit
 from executor.gate.judge import api_key_from
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
 from executor.session import open_executor
@@ -60,6 +62,11 @@ def start(
     profile: str | None = typer.Option(None, "--profile", help="Profile name (else the default profile)."),
     image: str | None = typer.Option(None, "--image", help="Override the profile's image."),
     name: str | None = typer.Option(None, "--name", help="A unique name for the session."),
+    idle: str | None = typer.Option(
+        None,
+        "--idle",
+        help="A named session's idle limit: seconds, a duration (30m, 2h) or none (default sessions.idle_s).",
+    ),
 ) -> None:
     """Start a hardened session container and wait until its agent answers.
 
@@ -68,6 +75,19 @@ def start(
     """
     st = state(ctx)
     settings = st.settings()
+    idle_s: float | Literal["none"] | None = None
+    if idle is not None:
+        if name is None:
+            fail(
+                "--idle needs --name: an unnamed session lives only as long as this command",
+                code=EXIT_USAGE,
+                json_mode=st.json,
+            )
+        try:
+            limit = parse_idle_limit(idle)
+        except ValueError as exc:
+            fail(f"--idle: {exc}", code=EXIT_USAGE, json_mode=st.json)
+        idle_s = "none" if limit is None else limit
     chosen = settings.profile(profile)
     profile_name = profile or settings.default_profile
     shown = image or chosen.image
@@ -77,7 +97,7 @@ def start(
         api_key = api_key_from(settings.gate.judge, os.environ)
         async with (
             open_executor(settings, api_key=api_key, surface="cli") as ex,
-            ex.open_session(profile=profile, image=image, name=name, keep=True) as session,
+            ex.open_session(profile=profile, image=image, name=name, keep=True, idle_s=idle_s) as session,
         ):
             return session.info
 
@@ -123,10 +143,11 @@ def gc(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
         return await backend.gc(all_homes=all_homes)
 
     report = _run(ctx, job)
-    lines = [f"removed {name}" for name in report.removed]
+    lines = [f"stopped {name} (idle past its limit)" for name in report.idle_stopped]
+    lines += [f"removed {name}" for name in report.removed]
     lines += [f"kept {name} (a named session's workspace; `executor session stop` deletes it)" for name in report.kept]
-    emit(
-        {"outcome": "completed", "exit_code": 0, "removed": list(report.removed), "kept": list(report.kept)},
+    emit_done(
+        {"removed": list(report.removed), "kept": list(report.kept), "idle_stopped": list(report.idle_stopped)},
         "\n".join(lines) or "nothing to remove",
         json_mode=st.json,
     )

@@ -75,6 +75,21 @@ class SessionInfo(BaseModel):
     container on it; stopping the session deletes it. ``state`` is then ``exited`` and ``container_id`` empty."""
     pooled: bool = False
     """Created ahead of time by a warm pool and since claimed (``created_at`` is the pool's creation time)."""
+    idle_limit_s: float | None = None
+    """The session's stored idle limit in seconds (None: no limit); past it with nothing running, the service,
+    ``gc`` and start-up clean-up stop the session (a named one keeps its workspace)."""
+    last_used_at: datetime | None = None
+    """When its last command or call ended (UTC; read from the host-side usage file, see
+    :mod:`executor.sandbox.usage`); None when none has ended since its container was created."""
+    busy: bool = False
+    """A command or call runs in it now (never idle then)."""
+
+    def idle_for_s(self, now: datetime) -> float:
+        """Seconds it has been idle at ``now``: since its last use, or since it was created (0 while busy)."""
+        if self.busy:
+            return 0.0
+        since = max(self.created_at, self.last_used_at) if self.last_used_at is not None else self.created_at
+        return max(0.0, (now - since).total_seconds())
 
 
 class GcReport(BaseModel):
@@ -87,6 +102,9 @@ class GcReport(BaseModel):
     kept: tuple[str, ...] = ()
     """Workspace volumes of named sessions whose container was removed or is gone: kept until the session is
     stopped."""
+    idle_stopped: tuple[str, ...] = ()
+    """Sessions (names, or ids) stopped because they were idle past their limit (their containers are also in
+    ``removed``, a named one's workspace in ``kept``)."""
 
 
 class Backend(ABC):
@@ -101,9 +119,14 @@ class Backend(ABC):
         name: str | None = None,
         owner: str | None = None,
         pooled: bool = False,
+        idle_limit_s: float | Literal["none", "default"] = "default",
     ) -> SessionInfo:
         """Create the session's workspace volume and container, start it, and wait until the agent accepts a
         connection. On any failure (or cancellation) nothing is left behind.
+
+        ``idle_limit_s`` is stored with a named session (seconds, or ``"none"``); ``"default"`` keeps the limit of
+        the stopped named session whose workspace this reuses, else ``sessions.idle_s``. Unnamed sessions store none
+        (the process that holds one decides).
 
         ``pooled`` makes a warm pool's session: unnamed, with no owner, ending itself after ``agent.orphan_exit_s``
         without a host connection, marked as held by this backend's process, and hidden from
@@ -166,9 +189,10 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def stop_session(self, session_id: str) -> None:
-        """Stop and remove the container, its workspace volume and host-side files (an unhealthy mark too).
-        Idempotent: an unknown (well-formed) id is not an error.
+    async def stop_session(self, session_id: str, *, keep_workspace: bool = False) -> None:
+        """Stop and remove the container, its workspace volume (unless ``keep_workspace``: a named session then
+        stays listed with ``workspace_only`` and its name starts it again) and host-side files (an unhealthy mark
+        too). Idempotent: an unknown (well-formed) id is not an error.
 
         Raises:
             SessionNotFound: malformed id.
@@ -199,10 +223,21 @@ class Backend(ABC):
     async def gc(self, *, all_homes: bool = False) -> GcReport:
         """Remove what this home's sessions (every home's with ``all_homes``) left behind: our labelled
         containers that are Created (older than ``docker.gc_min_age_s``), Exited or dead, unclaimed pooled ones
-        whose pool's process is gone, and the workspace volumes of unnamed sessions whose container is gone. A
+        whose pool's process is gone, and the workspace volumes of unnamed sessions whose container is gone; and
+        stop the sessions idle past their stored limit (:meth:`stop_idle`). A
         named session's workspace volume is never removed here (only by stopping that session): its stopped
         container goes, its data stays and is reported as kept.
         Never touches anything without our labels.
+
+        Raises:
+            EngineUnavailable: no engine answers.
+        """
+
+    @abstractmethod
+    async def stop_idle(self, *, skip: frozenset[str] = frozenset()) -> GcReport:
+        """Stop this home's sessions idle past their stored limit (see :attr:`SessionInfo.idle_limit_s`), except
+        the ids in ``skip`` (sessions the caller holds and judges itself): a named session's container is removed
+        and its workspace volume kept; a session with a command running is never idle. :meth:`gc` does this too.
 
         Raises:
             EngineUnavailable: no engine answers.

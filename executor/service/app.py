@@ -18,6 +18,7 @@ import shlex
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import trio
@@ -50,6 +51,8 @@ from executor.errors import (
 )
 from executor.mcp.server import owner_for_token
 from executor.models import StdinFile
+from executor.sandbox.agent.client import on_run_started
+from executor.sandbox.base import SessionInfo
 from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, owns
 from executor.service.files import Spool, spooled_body
 from executor.service.openapi import openapi_document
@@ -209,8 +212,12 @@ class _Api:
     async def held(self, request: Request) -> Held:
         return await self.service.get(request.path_params["session"], self.owner(request))
 
-    def view(self, held: Held | None, info: Any) -> SessionView:
-        now = time.monotonic()
+    def view(self, held: Held | None, info: SessionInfo) -> SessionView:
+        idle: float | None
+        if held is not None:
+            idle = 0.0 if held.busy else time.monotonic() - held.last_used
+        else:
+            idle = None if info.workspace_only else info.idle_for_s(datetime.now(UTC))
         return SessionView(
             id=info.id,
             name=info.name,
@@ -219,8 +226,9 @@ class _Api:
             state=info.state,
             created_at=info.created_at,
             held=held is not None,
-            idle_limit_s=held.idle_limit_s if held else None,
-            idle_for_s=(0.0 if held.busy else now - held.last_used) if held else None,
+            owner=info.owner,
+            idle_limit_s=held.idle_limit_s if held is not None else info.idle_limit_s,
+            idle_s=idle,
         )
 
     # -- health, metrics, openapi ------------------------------------------------------------------------------
@@ -305,7 +313,7 @@ class _Api:
             started = time.monotonic()
             try:
                 async with self.service.using(held):
-                    with tee_captures(tee, kind="bash", on_begin=artifacts.append):
+                    with tee_captures(tee, kind="bash", on_begin=artifacts.append), on_run_started(live.started):
                         result = await session.bash(
                             body.command,
                             cwd=body.cwd,
@@ -335,6 +343,12 @@ class _Api:
             live.close(ResultEvent(result=_exec_result(result, raw, streams=body.result_streams)))
 
         self.service.spawn(job)
+        # The stream begins once the command has started (or the gate answered, or it asks for an approval): a
+        # command that cannot start (a cwd that does not exist) is then a plain error response, like other input.
+        await live.begun.wait()
+        failed = live.failed_before_start()
+        if failed is not None and failed.error.type in _REJECTED_BEFORE_START:
+            return _error(400, failed.error.type, failed.error.message)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
@@ -674,6 +688,9 @@ def _validation_message(exc: ValidationError) -> str:
     where = ".".join(str(p) for p in first.get("loc", ())) or "body"
     return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
 
+
+_REJECTED_BEFORE_START: Final = frozenset({"CommandRejected", "PathRejected", "ContentRejected"})
+"""Errors of an exec that mean the caller's input was refused before anything ran (a 400, not a stream)."""
 
 _TEXT_STREAMS: Final = frozenset({"stdout", "stderr", "stdout_complete", "stderr_complete"})
 

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
@@ -26,6 +27,7 @@ import trio
 from executor.config import Settings
 from executor.errors import AgentProtocolError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
+from executor.sandbox.usage import UsageMark, usage_path
 from executor.service.wire import (
     ApprovalView,
     ChunkEvent,
@@ -84,6 +86,18 @@ class LiveStream:
         self._wake = trio.Event()
         self._closed = False
         self.detached = False
+        self.begun = trio.Event()
+        """Set once there is something to answer with: the command started (:meth:`started`), or a first event."""
+
+    def started(self) -> None:
+        """The command was spawned (its cwd existed): the stream may begin."""
+        self.begun.set()
+
+    def failed_before_start(self) -> ErrorEvent | None:
+        """The error that ended the stream before anything else happened, if that is how it ended."""
+        if self._closed and len(self._events) == 1 and isinstance(self._events[0], ErrorEvent):
+            return self._events[0]
+        return None
 
     def chunk(self, stream: str, data: bytes) -> None:
         """Queue bytes of ``stream`` (a capture tee: never blocks, never raises)."""
@@ -101,12 +115,14 @@ class LiveStream:
             self._events.append((name, bytearray(data)))
         self._buffered[name] += len(data)
         self._wake.set()
+        self.begun.set()
 
     def note(self, event: PendingEvent) -> None:
         """Queue an out-of-band note (an approval the command waits for)."""
         if not (self.detached or self._closed):
             self._events.append(event)
             self._wake.set()
+            self.begun.set()
 
     def close(self, event: ResultEvent | ErrorEvent) -> None:
         """Queue the final event; nothing follows it."""
@@ -117,6 +133,7 @@ class LiveStream:
         self._events.append(event)
         self._closed = True
         self._wake.set()
+        self.begun.set()
 
     def detach(self) -> None:
         """The client is gone: drop what is queued and everything after."""
@@ -297,7 +314,7 @@ class Service:
         if asked == "none":
             return None
         if asked is None:
-            return self.svc.session_idle_s
+            return self.settings.sessions.idle_s
         return float(asked)
 
     async def create(
@@ -311,10 +328,23 @@ class Service:
     ) -> Held:
         """Open a new session (named ones are kept running when the service stops)."""
         self.check_open()
-        opener = partial(
-            self.executor.open_session, profile=profile, image=image, name=name, owner=owner, keep=name is not None
+        stored: float | Literal["none"] | None = (
+            None if idle_s is None else ("none" if idle_s == "none" else float(idle_s))
         )
-        return await self._start_hold(opener, self._idle_limit(idle_s))
+        opener = partial(
+            self.executor.open_session,
+            profile=profile,
+            image=image,
+            name=name,
+            owner=owner,
+            keep=name is not None,
+            idle_s=stored,
+        )
+        held = await self._start_hold(opener, self._idle_limit(idle_s))
+        if name is not None:
+            # What the session stores (a recreated one keeps its own limit unless asked otherwise) is the limit.
+            held.idle_limit_s = held.session.info.idle_limit_s
+        return held
 
     async def _start_hold(
         self, opener: Callable[[], AbstractAsyncContextManager[Session]], idle_limit_s: float | None
@@ -379,9 +409,11 @@ class Service:
                     raise _not_found(id_or_name)
                 held = self._find_held(info.id)
                 if held is None:
-                    limit = self.svc.session_idle_s if info.name is not None else None
+                    limit = info.idle_limit_s if info.name is not None else None
                     opener = partial(self.executor.attach_session, info.id, owner=info.owner)
                     held = await self._start_hold(opener, limit)
+                    # Its idle clock goes on from its last use (another process's, or before a restart).
+                    held.last_used = time.monotonic() - info.idle_for_s(datetime.now(UTC))
             return held
 
     async def stop(self, id_or_name: str, owner: str | None) -> None:
@@ -416,8 +448,10 @@ class Service:
     async def using(self, held: Held) -> AsyncIterator[Session]:
         """Mark the session busy (the idle clock stops) while a request uses it."""
         held.busy += 1
+        mark = UsageMark(usage_path(self.settings.home, held.session.id))
         try:
-            yield held.session
+            with mark:
+                yield held.session
         except (SandboxLost, AgentProtocolError):
             # The connection is gone (a refused spawn, an AgentError, is the caller's input and keeps it).
             self.release(held)
@@ -427,7 +461,10 @@ class Service:
             held.last_used = time.monotonic()
 
     async def reap_idle(self) -> None:
-        """Stop held sessions past their idle limit, forever (runs in the holds nursery)."""
+        """Stop sessions past their idle limit, forever (runs in the holds nursery): the held ones every second by
+        the service's own clock, and every ``sessions.idle_check_s`` the home's others by their stored limits and
+        usage files (named sessions found again after a restart, or used by in-process callers)."""
+        next_sweep = trio.current_time()
         while True:
             await trio.sleep(_REAP_EVERY_S)
             now = time.monotonic()
@@ -435,7 +472,29 @@ class Service:
                 limit = held.idle_limit_s
                 if limit is not None and held.busy == 0 and now - held.last_used > limit:
                     with suppress(ExecutorError):
-                        await self.stop(held.session.id, None)
+                        await self._stop_idle_held(held)
+            if trio.current_time() >= next_sweep and not self.draining:
+                next_sweep = trio.current_time() + self.settings.sessions.idle_check_s
+                try:
+                    report = await self.executor.backend.stop_idle(skip=frozenset(self.held))
+                except ExecutorError as exc:
+                    logger.warning("looking for idle sessions failed: %s", exc)
+                else:
+                    for stopped in report.idle_stopped:
+                        logger.info("stopped idle session %s", stopped)
+
+    async def _stop_idle_held(self, held: Held) -> None:
+        """Stop a held session that went idle: an unnamed one is removed, a named one's workspace is kept (its name
+        starts it again), as ``gc`` does."""
+        session = held.session
+        if session.name is None:
+            await self.stop(session.id, None)
+            return
+        held.closing.set()
+        with trio.move_on_after(_CLOSE_BUDGET_S):
+            await held.done.wait()
+        await self.executor.backend.stop_session(session.id, keep_workspace=True)
+        logger.info("stopped idle session %s (its workspace is kept)", session.name)
 
     # -- work --------------------------------------------------------------------------------------------------
 

@@ -90,7 +90,8 @@ class SessionCreate(_Wire):
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
     """A name, unique among live sessions; a named session outlives the service and is found again on restart."""
     idle_s: float | Literal["none"] | None = None
-    """Idle limit in seconds (``none``: no limit; unset: ``service.session_idle_s``)."""
+    """Idle limit in seconds (``none``: no limit; unset: ``sessions.idle_s``, or for a named session whose stopped
+    workspace this reuses, the limit it had). A named session stores it and keeps it across service restarts."""
 
     @field_validator("idle_s")
     @classmethod
@@ -117,10 +118,14 @@ class SessionView(_Wire):
     """When it was opened (UTC)."""
     held: bool
     """The service holds a connection to it (it has been used since the service started)."""
+    owner: str | None = None
+    """Who owns it: the owner id of the token that created it (None: the unix socket's, the home's owner)."""
     idle_limit_s: float | None = None
-    """Its idle limit while held (None: no limit)."""
-    idle_for_s: float | None = None
-    """Seconds since its last request ended while held."""
+    """Its idle limit in seconds (None: no limit): a named session's stored limit, or the service's for one it
+    holds; past it with nothing running, the session is stopped (a named one keeps its workspace)."""
+    idle_s: float | None = None
+    """Seconds since its last command or call ended (since it was created if none has; 0 while one runs); None
+    when its container is gone."""
 
 
 class ExecRequest(_Wire):

@@ -312,6 +312,7 @@ class ExecutorAPI(Protocol):
         name: str | None = None,
         owner: str | None = None,
         keep: bool = False,
+        idle_s: float | Literal["none"] | None = None,
     ) -> AbstractAsyncContextManager[SessionAPI]:
         """Start a new session; leaving removes it (unless ``keep``)."""
         ...
@@ -324,6 +325,7 @@ class ExecutorAPI(Protocol):
         create: bool = False,
         profile: str | None = None,
         image: str | None = None,
+        idle_s: float | Literal["none"] | None = None,
     ) -> AbstractAsyncContextManager[SessionAPI]:
         """Connect to an existing session (left running); with ``create``, start a named one if missing."""
         ...

@@ -24,6 +24,7 @@ from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate
 from executor.gate.judge import Judge, open_judge
 from executor.gate.policy import Policy, load_profile_policy, policy_path
+from executor.ids import is_session_id
 from executor.journal import JournalWriter, interruption_journaler, load_journal_key
 from executor.journal.events import SessionClosed, SessionOpened
 from executor.sandbox.agent.client import AgentClient, open_agent_client
@@ -165,9 +166,13 @@ class Executor:
         name: str | None = None,
         owner: str | None = None,
         keep: bool = False,
+        idle_s: float | Literal["none"] | None = None,
     ) -> AsyncIterator[Session]:
         """Start a new session container and yield its :class:`Session`; on exit everything the session started is
         killed and the container and its workspace are removed (unless ``keep``).
+
+        ``idle_s`` is a named session's idle limit, stored with it (seconds, or ``"none"``; None: ``sessions.idle_s``);
+        an unnamed session stores none (the service keeps its own sessions' limits).
 
         Raises:
             ConfigError: unknown profile or an unloadable policy.
@@ -191,7 +196,9 @@ class Executor:
                     with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
                         await self.backend.stop_session(info.id)
             return
-        info = await self.backend.open_session(profile=chosen, profile_name=profile_name, name=name, owner=owner)
+        info = await self.backend.open_session(
+            profile=chosen, profile_name=profile_name, name=name, owner=owner, idle_limit_s=_idle_choice(idle_s)
+        )
         try:
             async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
                 yield session
@@ -209,9 +216,11 @@ class Executor:
         create: bool = False,
         profile: str | None = None,
         image: str | None = None,
+        idle_s: float | Literal["none"] | None = None,
     ) -> AsyncIterator[Session]:
         """Connect to an existing session (left running on exit); with ``create``, start a named one if missing, or
-        recreate the container of a stopped named session on its kept workspace.
+        recreate the container of a stopped named session on its kept workspace (with ``idle_s`` as its idle limit;
+        None keeps the stopped session's own, else ``sessions.idle_s``). A well-formed session id is never created.
 
         Raises:
             SessionNotFound: no such session, it is not running, or it belongs to another owner.
@@ -222,13 +231,20 @@ class Executor:
             info = await self.backend.find_session(id_or_name)
             if create and info.name == id_or_name and info.state in ("exited", "dead"):
                 raise SessionNotFound(id_or_name)  # recreated below, on its kept workspace
-        except SessionNotFound:
+        except SessionNotFound as exc:
             if not create:
                 raise
+            if is_session_id(id_or_name):
+                # An id is never a name to start: a typo or a stopped session, not a request for a new one.
+                raise SessionNotFound(f"no session {id_or_name}; `executor session ls` lists them") from exc
             profile_name, chosen = self._profile(profile, image)
             policy = self._policy(chosen)  # fail before a container exists
             info = await self.backend.open_session(
-                profile=chosen, profile_name=profile_name, name=id_or_name, owner=owner
+                profile=chosen,
+                profile_name=profile_name,
+                name=id_or_name,
+                owner=owner,
+                idle_limit_s=_idle_choice(idle_s),
             )
         if not owner_matches(info.owner, owner):
             raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
@@ -316,6 +332,10 @@ class Executor:
                 raise
             finally:
                 journal.emit(SessionClosed(reason=reason))
+
+
+def _idle_choice(idle_s: float | Literal["none"] | None) -> float | Literal["none", "default"]:
+    return "default" if idle_s is None else idle_s
 
 
 @asynccontextmanager

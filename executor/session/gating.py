@@ -12,8 +12,9 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from executor.artifacts import ArtifactRecord, Capture, SessionArtifacts
@@ -34,6 +35,7 @@ from executor.journal.events import (
     StaticVerdict,
 )
 from executor.models import BashAction, Cause, JudgmentRecord, JudgmentRequest, WriteAction
+from executor.sandbox.usage import UsageMark
 from executor.session.api import Outcome
 
 __all__ = ["Execution", "Gatekeeper", "Refusal", "owner_matches"]
@@ -95,9 +97,19 @@ class Gatekeeper:
     """A session's gate and journal: action ids, the gating decision, judgments and the execution bracket."""
 
     def __init__(
-        self, *, session_id: str, profile: Profile, gate: Gate, journal: JournalWriter, artifacts: SessionArtifacts
+        self,
+        *,
+        session_id: str,
+        profile: Profile,
+        gate: Gate,
+        journal: JournalWriter,
+        artifacts: SessionArtifacts,
+        usage: Path | None = None,
     ) -> None:
         self.session_id = session_id
+        self.usage = usage
+        """The session's usage file (:mod:`executor.sandbox.usage`): busy while an action executes, touched when it
+        ends; None keeps no record."""
         self.profile = profile
         self.gate = gate
         self.journal = journal
@@ -217,8 +229,10 @@ class Gatekeeper:
         capture = self.artifacts.begin(kind=kind, streams=streams, meta={"action_id": action_id})
         self.journal.emit(ExecutionStarted(action_id=action_id))
         execution = Execution(action_id=action_id, capture=capture, journal=self.journal)
+        mark: AbstractContextManager[object] = UsageMark(self.usage) if self.usage is not None else nullcontext()
         try:
-            yield execution
+            with mark:
+                yield execution
         except BaseException:
             if execution.record is None:
                 if on_abort is not None:

@@ -17,7 +17,7 @@ from typing import Final, Literal
 import trio
 
 from executor.artifacts import Capture, SessionArtifacts, TaskRecord
-from executor.errors import CommandRejected, SandboxLost, SessionUnhealthy, TaskNotFound
+from executor.errors import AgentError, CommandRejected, SandboxLost, SessionUnhealthy, TaskNotFound
 from executor.journal import JournalWriter
 from executor.journal.events import ExecutionFinished, ExecutionStarted
 from executor.models import RunResult, RunSpec
@@ -25,6 +25,7 @@ from executor.sandbox.agent.client import AgentClient
 from executor.session.api import TaskInfo, ToolResult
 from executor.session.gating import owner_matches
 from executor.session.presentation import Views
+from executor.tools.bash import cwd_rejection
 
 __all__ = ["BackgroundTasks"]
 
@@ -99,7 +100,13 @@ class BackgroundTasks:
 
     async def start(self, spec: RunSpec, *, command: str, owner: str | None, action_id: str) -> ToolResult:
         """Start the (already gated) run ``spec`` as a task, record it and mirror its streams."""
-        task_id = await self._client.start_task(spec)
+        try:
+            task_id = await self._client.start_task(spec)
+        except AgentError as exc:
+            rejected = cwd_rejection(exc, spec.cwd)
+            if rejected is None:
+                raise
+            raise rejected from None
         self._journal.emit(ExecutionStarted(action_id=action_id))
         capture = self._task_capture(task_id)
         self._artifacts.put_task(

@@ -26,6 +26,7 @@ from executor.journal import JournalWriter
 from executor.models import BashAction, CaptureSink, RunResult, RunSpec, StdinFile, StreamName, WriteAction
 from executor.sandbox.agent.client import AgentClient
 from executor.sandbox.base import SessionInfo
+from executor.sandbox.usage import usage_path
 from executor.session.api import (
     USE_DEFAULT,
     ArtifactBytes,
@@ -41,7 +42,7 @@ from executor.session.gating import Gatekeeper
 from executor.session.output import OutputTools
 from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
-from executor.tools.bash import build_run_spec
+from executor.tools.bash import build_run_spec, cwd_rejection
 from executor.tools.write import AGENT_PATH, WriteTool
 
 __all__ = ["Session"]
@@ -82,7 +83,12 @@ class Session:
             client, profile, self._settings.write, allow_outside_workspace=True, builtin_denials=False
         )
         self._gatekeeper = Gatekeeper(
-            session_id=info.id, profile=profile, gate=gate, journal=journal, artifacts=self.artifacts
+            session_id=info.id,
+            profile=profile,
+            gate=gate,
+            journal=journal,
+            artifacts=self.artifacts,
+            usage=usage_path(settings.home, info.id),
         )
         self._views = Views(
             session_id=info.id,
@@ -217,6 +223,12 @@ class Session:
         with self._gatekeeper.execution(action_id, kind="bash", streams=("stdout", "stderr")) as execution:
             try:
                 result = await self._client.run(spec, execution.capture)
+            except AgentError as exc:
+                rejected = cwd_rejection(exc, spec.cwd)
+                if rejected is None:
+                    raise
+                execution.finish(status="rejected")
+                raise rejected from None
             except SandboxLost:
                 result = RunResult(
                     cause="sandbox_lost",
@@ -414,6 +426,10 @@ class Session:
             except SandboxLost:
                 result = _lost(execution.elapsed_ms())
             except AgentError as exc:
+                rejected = cwd_rejection(exc, spec.cwd)
+                if rejected is not None:
+                    execution.finish(status="rejected")
+                    raise rejected from None
                 if "could not start the command" not in str(exc):
                     raise
                 # as a shell reports it: 126 found but not executable, 127 not found

@@ -283,6 +283,7 @@ class FakeExecutor:
         name: str | None = None,
         owner: str | None = None,
         keep: bool = False,
+        idle_s: float | Literal["none"] | None = None,
     ) -> AsyncIterator[FakeSession]:
         """A new FakeSession, closed on exit (remembered by name when ``keep``)."""
         session = self._new(owner, name)
@@ -302,6 +303,7 @@ class FakeExecutor:
         create: bool = False,
         profile: str | None = None,
         image: str | None = None,
+        idle_s: float | Literal["none"] | None = None,
     ) -> AsyncIterator[FakeSession]:
         """A kept FakeSession (or a new one with ``create``), left running on exit."""
         session = self.kept.get(id_or_name)

@@ -15,7 +15,7 @@ from executor.config import BashSettings, Profile
 from executor.errors import CommandRejected
 from executor.models import RunSpec, StdinFile
 
-__all__ = ["build_run_spec", "resolve_cwd"]
+__all__ = ["build_run_spec", "cwd_rejection", "resolve_cwd"]
 
 
 def _check_utf8(text: str, what: str) -> None:
@@ -43,6 +43,20 @@ def resolve_cwd(cwd: str | None, profile: Profile) -> str:
     if cwd.startswith("/"):
         return cwd
     return f"{profile.workspace}/{cwd}"
+
+
+def cwd_rejection(error: Exception, cwd: str) -> CommandRejected | None:
+    """The caller's error hidden in the agent's refusal to start a command in ``cwd`` (the directory is missing,
+    not a directory, or not enterable by the session user), or None when ``error`` is something else."""
+    text = str(error)
+    marker = "could not start the command: chdir: "
+    if marker not in text:
+        return None
+    reason = text.split(marker, 1)[1].strip().rstrip(".")
+    return CommandRejected(
+        f"cwd {cwd!r} cannot be entered in the session ({reason}); pass an existing directory (relative paths are "
+        "inside the workspace), or create it first with mkdir -p"
+    )
 
 
 def build_run_spec(

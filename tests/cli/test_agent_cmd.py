@@ -20,7 +20,7 @@ def test_agent_build_prints_the_binary(tmp_path: Path) -> None:
     done = _executor("--json", "agent", "build", env=env)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["outcome"] == "ok" and data["sanitize"] is False
+    assert data["outcome"] == "completed" and data["exit_code"] == 0 and data["sanitize"] is False
     assert Path(data["path"]).parent == tmp_path / "agent" and Path(data["path"]).is_file()
     bad = _executor("agent", "build", env={**env, "EXECUTOR_AGENT__CC": "/nonexistent/cc"})
     assert bad.returncode == 125 and "agent.cc" in bad.stderr

@@ -32,7 +32,7 @@ def test_check_accepts_a_good_file_in_json(tmp_path: Path) -> None:
     file.write_text("[bash]\ntimeout_ms = 5000\n")
     done = _executor("--json", "config", "check", str(file))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"outcome": "valid", "file": str(file), "notes": []}
+    assert json.loads(done.stdout) == {"outcome": "completed", "exit_code": 0, "file": str(file), "notes": []}
 
 
 def test_show_prints_effective_settings_with_env_overrides(tmp_path: Path) -> None:

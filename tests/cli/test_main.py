@@ -31,4 +31,4 @@ def test_every_command_takes_json_after_its_name() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["outcome"] == "ok"
+    assert json.loads(done.stdout)["outcome"] == "completed"

@@ -64,7 +64,7 @@ def test_json_report_shape(tmp_path: Path, home: Path) -> None:
     result = _invoke(["--json", "replay", str(journal), "--trust", "2"], home)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["outcome"] == "ok" and data["exit_code"] == 0
+    assert data["outcome"] == "completed" and data["exit_code"] == 0 and data["journal_errors"] is False
     assert (data["mode"], data["trust"], data["policy"], data["provider_calls"]) == ("policy", 2, None, 0)
     assert (data["lines"], data["records"], data["errors"]) == (12, 12, [])
     assert (data["replayed"]["unchanged"], data["replayed"]["changed"]) == (1, 1)
@@ -119,7 +119,7 @@ def test_corrupt_lines_are_listed_and_escaped(tmp_path: Path, home: Path) -> Non
     assert "evil\\x1b]52;c;cHdu\\x07" in result.stdout
     assert "refused journal lines" in result.stdout
     data = json.loads(_invoke(["replay", str(journal), "--json"], home).stdout)
-    assert data["outcome"] == "journal_errors"
+    assert data["outcome"] == "completed" and data["journal_errors"] is True and data["exit_code"] == 0
     assert [(e["line"], e["code"]) for e in data["errors"]] == [(14, "non_finite"), (15, "truncated")]
 
 
@@ -130,7 +130,7 @@ def test_nothing_valid_exits_nonzero(tmp_path: Path, home: Path) -> None:
     result = _invoke(["--json", "replay", str(journal)], home)
     assert result.exit_code == 2
     data = json.loads(result.stdout)
-    assert data["outcome"] == "unreadable"
+    assert data["outcome"] == "error" and data["exit_code"] == 2 and "no valid record" in data["error"]
     assert [(e["line"], e["code"]) for e in data["errors"]] == [(1, "bom"), (2, "invalid_json"), (3, "too_deep")]
 
 
@@ -274,7 +274,7 @@ def test_forged_approval_and_execution_of_a_denied_action_are_reported(tmp_path:
     result = _invoke(["--json", "replay", str(journal)], home)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["verification"] == "verified" and data["outcome"] == "journal_errors"
+    assert data["verification"] == "verified" and data["outcome"] == "completed" and data["journal_errors"]
     assert [(e["line"], e["code"]) for e in data["errors"]] == [(5, "unsigned"), (6, "unsigned"), (7, "unsigned")]
     text = _invoke(["replay", str(journal)], home).stdout
     assert text.startswith("journal VERIFIED: verified with this home's key: 3 line(s) failed authentication")

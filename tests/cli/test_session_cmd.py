@@ -69,7 +69,8 @@ def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
         _executor(home, "session", "stop", session["id"])
     again = _executor(home, "session", "stop", name)
     assert again.returncode == 2 and _json(again)["outcome"] == "error"
-    assert _json(_executor(home, "session", "gc"))["outcome"] == "completed"
+    gc = _json(_executor(home, "session", "gc"))
+    assert (gc["outcome"], gc["exit_code"], gc["idle_stopped"]) == ("completed", 0, [])
 
 
 def test_unknown_profile_is_bad_input(home: Path) -> None:

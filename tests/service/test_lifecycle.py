@@ -143,11 +143,11 @@ def test_sigkill_leaves_nothing_running_and_named_sessions_come_back(service_fac
 
 def test_bounds_from_settings(service_factory: Any) -> None:
     """approval_timeout_s denies an unanswered ask, result_stream_max_bytes bounds the raw streams,
-    download_max_bytes bounds a download, idle_s stops an idle session, and session_idle_s is the default limit."""
+    download_max_bytes bounds a download, idle_s stops an idle session, and sessions.idle_s is the default limit."""
     service: ServiceProcess = service_factory(
         service__approval_timeout_s="1",
         service__result_stream_max_bytes="16",
-        service__session_idle_s="777",
+        sessions__idle_s="777",
         service__download_max_bytes="2048",
     )
     service.start()
@@ -186,3 +186,46 @@ def test_a_second_service_on_the_same_home_is_refused(service_factory: Any) -> N
     assert b"already listens" in done.stderr
     with service.client() as client:
         assert client.health().status == "ok"
+
+
+def test_a_restarted_service_finds_a_named_sessions_stored_idle_limit_and_enforces_it(service_factory: Any) -> None:
+    """A named session's idle limit is stored with it: after a restart the service reports it (with owner and idle
+    time) without holding the session, and stops it once idle, keeping its workspace."""
+    service: ServiceProcess = service_factory(sessions__idle_check_s="1")
+    name = new_name()
+    service.start()
+    try:
+        with service.client() as client:
+            view = client.create_session(name=name, idle_s=4)
+            assert view.idle_limit_s == 4 and view.owner is None
+            assert client.exec(name, "true").outcome == "completed"
+        service.stop()
+        service.start()
+        with service.client() as client:
+            found = client.session(name)
+            assert not found.held and found.idle_limit_s == 4 and found.state == "running"
+            assert found.idle_s is not None and found.idle_s >= 0
+            _poll(lambda: client.session(name).idle_s is None, 60, "the idle named session's container to go")
+            stopped = client.session(name)
+            assert stopped.idle_s is None and stopped.idle_limit_s == 4
+    finally:
+        _stop_named(service, name)
+
+
+def test_a_held_named_session_idle_past_its_limit_keeps_its_workspace(service_factory: Any) -> None:
+    """The service stops a named session it holds once idle past the limit given at creation; its workspace stays, and
+    the name starts it again with its files."""
+    service: ServiceProcess = service_factory()
+    name = new_name()
+    service.start()
+    try:
+        with service.client() as client:
+            client.create_session(name=name, idle_s=2)
+            assert client.exec(name, "echo kept > note").outcome == "completed"
+            # Its container is gone (idle_s is None then), not merely stopping.
+            _poll(lambda: client.session(name).idle_s is None, 60, "the idle held session's container to go")
+            assert not client.session(name).held
+            again = client.create_session(name=name)
+            assert again.idle_limit_s == 2 and client.exec(name, "cat note").stdout == b"kept\n"
+    finally:
+        _stop_named(service, name)

@@ -21,7 +21,9 @@ from executor.errors import (
     ApprovalNotFound,
     ArtifactNotFound,
     CommandRejected,
+    ConfigError,
     ExecutorError,
+    ImageNotFound,
     SessionNotFound,
     TaskNotFound,
 )
@@ -128,6 +130,27 @@ def test_bad_input_is_the_executors_own_exception(shared_service: ServiceProcess
             client.read_task(session, "t99")
         with pytest.raises(ApprovalNotFound):
             client.answer("ap-0000000000000000", approve=True)
+
+
+def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServiceProcess) -> None:
+    """A cwd, image or profile that does not exist is refused (400) naming it, before any stream begins; an unknown
+    session is a 404; the session stays usable."""
+    with shared_service.client() as client:
+        session = client.create_session().id
+        with pytest.raises(CommandRejected, match=r"^cwd '/nonexistent' cannot be entered in the session"):
+            client.exec(session, "true", cwd="/nonexistent")
+        with pytest.raises(CommandRejected, match=r"^cwd '/workspace/missing' cannot be entered"):
+            client.start_task(session, "sleep 1", cwd="missing")
+        with pytest.raises(ImageNotFound, match=r"no image named 'no-such-image'.*known image folders: .*base"):
+            client.create_session(image="no-such-image")
+        with pytest.raises(ConfigError, match=r"no profile named 'nope'; known profiles: "):
+            client.create_session(profile="nope")
+        with pytest.raises(SessionNotFound, match=r"no session 's-000000000000'; "):
+            client.session("s-000000000000")
+        assert client.exec(session, "pwd", cwd="/tmp").stdout == b"/tmp\n"
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
+        answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true", "cwd": "/nonexistent"})
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "CommandRejected"
 
 
 def test_upload_build_download(shared_service: ServiceProcess, tmp_path: Path) -> None:

@@ -161,7 +161,7 @@ def test_service_settings_defaults() -> None:
     assert section.socket is None and section.tcp is False and section.host == "127.0.0.1"
     assert section.tokens == () and section.max_request_bytes == 64 * 1024**2
     assert section.stream_buffer_bytes == 4 * 1024**2 and section.result_stream_max_bytes == 1024**2
-    assert section.approval_timeout_s == 600.0 and section.session_idle_s == 3600.0
+    assert section.approval_timeout_s == 600.0
     assert section.shutdown_grace_s == 30.0
 
 
@@ -172,7 +172,6 @@ def test_service_settings_defaults() -> None:
         ({"port": 70000}, "port"),
         ({"max_request_bytes": 10}, "max_request_bytes"),
         ({"approval_timeout_s": 0}, "approval_timeout_s"),
-        ({"session_idle_s": -1}, "session_idle_s"),
         ({"shutdown_grace_s": 100000}, "shutdown_grace_s"),
         ({"unknown": 1}, "unknown"),
     ],
@@ -183,10 +182,10 @@ def test_service_settings_rejected_at_load(overrides: dict[str, object], needle:
         load_settings(overrides={"service": overrides})
 
 
-def test_service_settings_accept_sizes_and_none() -> None:
-    """Sizes take units; the idle limit may be none."""
-    section = ServiceSettings(max_request_bytes="1m", session_idle_s=None)
-    assert section.max_request_bytes == 1024**2 and section.session_idle_s is None
+def test_service_settings_accept_sizes() -> None:
+    """Sizes take units."""
+    section = ServiceSettings(max_request_bytes="1m")
+    assert section.max_request_bytes == 1024**2
 
 
 async def test_live_stream_merges_chunks_a_slow_reader_has_not_taken() -> None:

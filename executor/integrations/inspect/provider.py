@@ -20,7 +20,7 @@ from inspect_ai.util import (
 from pydantic import BaseModel, ConfigDict
 
 from executor.config import Settings, load_settings
-from executor.errors import UnsafeTarget, WriteFailed
+from executor.errors import CommandRejected, UnsafeTarget, WriteFailed
 from executor.session.threaded import ThreadedExecutor, ThreadedSession
 
 __all__ = ["ExecutorSandboxConfig", "ExecutorSandboxEnvironment"]
@@ -176,14 +176,20 @@ class ExecutorSandboxEnvironment(SandboxEnvironment):
             if missing is not None:
                 return missing
         limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE
-        result = await self.session.exec(
-            cmd,
-            stdin=input.encode("utf-8") if isinstance(input, str) else input,
-            cwd=cwd,
-            env=env,
-            timeout_ms=None if timeout is None else int(timeout * 1000),
-            max_output_bytes=limit,
-        )
+        try:
+            result = await self.session.exec(
+                cmd,
+                stdin=input.encode("utf-8") if isinstance(input, str) else input,
+                cwd=cwd,
+                env=env,
+                timeout_ms=None if timeout is None else int(timeout * 1000),
+                max_output_bytes=limit,
+            )
+        except CommandRejected as exc:
+            if cwd is None or not str(exc).startswith("cwd "):
+                raise
+            # A cwd that does not exist: a failed run, as docker exec reports it (126), not an exception.
+            return ExecResult(success=False, returncode=126, stdout="", stderr=f"{exc}\n")
         if result.outcome in ("denied", "blocked"):
             raise PermissionError(f"the executor's gate refused {cmd!r}: {result.text}")
         if result.outcome == "timeout":

@@ -21,10 +21,11 @@ deadline (``timeout_ms=None``) has no host bound but its caller's cancellation.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import math
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Literal
 
@@ -54,9 +55,34 @@ from executor.sandbox.agent.protocol import (
     encode_run_request,
 )
 
-__all__ = ["AgentClient", "AgentInfo", "TaskChunk", "TaskInfo", "open_agent_client", "open_agent_unix"]
+__all__ = [
+    "AgentClient",
+    "AgentInfo",
+    "TaskChunk",
+    "TaskInfo",
+    "on_run_started",
+    "open_agent_client",
+    "open_agent_unix",
+]
 
 _RECV_BYTES = 256 * 1024
+_STARTED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "executor_run_started", default=None
+)
+
+
+@contextlib.contextmanager
+def on_run_started(callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` (it must not raise) when a foreground run made in this context (this task) has started: the
+    agent spawned it, so its cwd existed. The service waits for this before it answers an exec with a stream, so a
+    command that cannot start is a plain error response instead."""
+    token = _STARTED.set(callback)
+    try:
+        yield
+    finally:
+        _STARTED.reset(token)
+
+
 _CHANNEL_FRAMES = 64
 _ARG_SAFE_BYTES = 100 * 1024
 """Longest command passed as ``bash -c``'s argument; a longer one goes on stdin (see :func:`_long_script`)."""
@@ -361,7 +387,11 @@ class AgentClient:
                 return decode_result(Fields(frame.payload))
             elif frame.type == FrameType.ERROR:
                 _raise_error(frame)
-            elif frame.type != FrameType.STARTED:
+            elif frame.type == FrameType.STARTED:
+                started = _STARTED.get()
+                if started is not None:
+                    started()
+            else:
                 raise AgentProtocolError(f"unexpected frame {frame.type:#x} during a run")
 
     async def start_task(self, spec: RunSpec, *, argv: list[str] | None = None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import docker
 import docker.errors as de
@@ -55,6 +56,8 @@ class DockerEngine:
         def make() -> docker.DockerClient:
             if settings.base_url.startswith("unix://"):
                 _probe_unix(settings.base_url.removeprefix("unix://"), settings.api_timeout_s)
+            else:
+                _probe_tcp(settings.base_url, settings.api_timeout_s)
             return docker.DockerClient(base_url=settings.base_url, timeout=int(settings.api_timeout_s), version="auto")
 
         client = await _run(make, settings=settings, limiter=limiter, what="connect", idempotent=True)
@@ -114,6 +117,16 @@ def _probe_unix(path: str, timeout: float) -> None:
             probe.connect(path)
         except OSError as exc:
             raise ConnectionError(f"cannot connect to {path}: {exc.strerror or exc}") from exc
+
+
+def _probe_tcp(url: str, timeout: float) -> None:
+    # The same for tcp://: one clean ConnectionError, and no socket left for the garbage collector to complain about.
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", parts.port or 2375), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConnectionError(f"cannot connect to {parts.netloc}: {exc.strerror or exc}") from exc
 
 
 async def _run(

@@ -50,8 +50,8 @@ DOCKER_ERRORS: Final[dict[type[BaseException], _Factory]] = {
 """docker-py's error classes and the executor error each one becomes."""
 
 _HOW_TO_START = (
-    "start one (`sudo systemctl start docker`, or `sudo dockerd &`), or point docker.base_url "
-    "(EXECUTOR_DOCKER__BASE_URL) at a running engine"
+    "start one (`sudo systemctl start docker`, or `sudo dockerd &`), or point DOCKER_HOST, the current Docker "
+    "context or docker.base_url (EXECUTOR_DOCKER__BASE_URL) at a running engine"
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -13,7 +14,7 @@ import shutil
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import trio
 
@@ -35,6 +36,7 @@ from executor.sandbox.docker.hardening import (
     AGENT_SOCKET,
     LABEL_CREATED,
     LABEL_HOME,
+    LABEL_IDLE,
     LABEL_NAME,
     LABEL_OWNER,
     LABEL_POOL,
@@ -48,6 +50,7 @@ from executor.sandbox.docker.hardening import (
     volume_name,
 )
 from executor.sandbox.docker.images import current_image_id, ensure_agent_image, ensure_image
+from executor.sandbox.usage import Usage, read_usage, usage_path
 
 __all__ = ["DockerBackend", "home_identity"]
 
@@ -56,7 +59,17 @@ _SOCKET_NAME: Final = "agent.sock"
 _SUN_PATH_MAX: Final = 100
 _CLEANUP_BUDGET_S: Final = 15.0
 _SESSION_LABELS: Final = frozenset(
-    {LABEL_OWNER, LABEL_SESSION, LABEL_CREATED, LABEL_PROFILE, LABEL_NAME, LABEL_TRANSPORT, LABEL_HOME, LABEL_POOL}
+    {
+        LABEL_OWNER,
+        LABEL_SESSION,
+        LABEL_CREATED,
+        LABEL_PROFILE,
+        LABEL_NAME,
+        LABEL_TRANSPORT,
+        LABEL_HOME,
+        LABEL_POOL,
+        LABEL_IDLE,
+    }
 )
 _LEASE_RE: Final = re.compile(r"^[0-9a-f]{16}$")
 
@@ -78,6 +91,19 @@ def _parse_created(value: str | None) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _idle_label(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _parse_idle(value: str | None) -> float | None:
+    """A stored idle limit; a missing or unreadable label is no limit (sessions made before limits existed)."""
+    try:
+        seconds = float(value or "none")
+    except ValueError:
+        return None
+    return seconds if seconds > 0 and seconds == seconds else None
+
+
 def _info(
     container_id: str,
     image: str,
@@ -86,6 +112,7 @@ def _info(
     claim: dict[str, str | None] | None = None,
     *,
     workspace_only: bool = False,
+    usage: Usage | None = None,
 ) -> SessionInfo:
     known: tuple[ContainerState, ...] = ("created", "running", "paused", "restarting", "removing", "exited", "dead")
     transport = labels.get(LABEL_TRANSPORT)
@@ -105,6 +132,9 @@ def _info(
         labels={key: value for key, value in labels.items() if key in _SESSION_LABELS},
         workspace_only=workspace_only,
         pooled=pooled,
+        idle_limit_s=_parse_idle(labels.get(LABEL_IDLE)),
+        last_used_at=usage.last_used_at if usage is not None else None,
+        busy=usage.busy if usage is not None else False,
     )
 
 
@@ -284,6 +314,7 @@ class DockerBackend(Backend):
         name: str | None = None,
         owner: str | None = None,
         pooled: bool = False,
+        idle_limit_s: float | Literal["none", "default"] = "default",
     ) -> SessionInfo:
         """See :meth:`Backend.open_session`."""
         reuse: SessionInfo | None = None
@@ -293,6 +324,10 @@ class DockerBackend(Backend):
             validate_session_name(name)
             same = [s for s in await self.list_sessions() if s.name == name]
             live = [s for s in same if s.state not in ("exited", "dead")]
+            if live and live[0].state == "removing":
+                raise SessionRejected(
+                    f"session {name!r} is being stopped (its container is being removed); retry in a moment"
+                )
             if live:
                 raise SessionRejected(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
             if same:
@@ -318,6 +353,15 @@ class DockerBackend(Backend):
             LABEL_TRANSPORT: transport,
             LABEL_HOME: self.home_id,
         }
+        if name is not None:
+            if idle_limit_s == "default":
+                labels[LABEL_IDLE] = (
+                    reuse.labels[LABEL_IDLE]
+                    if reuse is not None and LABEL_IDLE in reuse.labels
+                    else _idle_label(self.settings.sessions.idle_s)
+                )
+            else:
+                labels[LABEL_IDLE] = _idle_label(None if idle_limit_s == "none" else idle_limit_s)
         if pooled:
             labels[LABEL_POOL] = self._pool_lease()
         run_dir: Path | None = None
@@ -499,10 +543,10 @@ class DockerBackend(Backend):
             return "missing"
         return "running" if state.get("Running") else "exited"
 
-    async def stop_session(self, session_id: str) -> None:
+    async def stop_session(self, session_id: str, *, keep_workspace: bool = False) -> None:
         """See :meth:`Backend.stop_session`."""
         validate_session_id(session_id)
-        await self._remove(session_id, graceful=True)
+        await self._remove(session_id, graceful=True, keep_volume=keep_workspace)
 
     async def _remove(self, session_id: str, *, graceful: bool, keep_volume: bool = False) -> None:
         name = container_name(session_id)
@@ -532,6 +576,8 @@ class DockerBackend(Backend):
         await trio.to_thread.run_sync(self._unhealthy_path(session_id).unlink, True)
         with suppress(FileNotFoundError):
             self._claim_path(session_id).unlink()
+        with suppress(FileNotFoundError):
+            usage_path(self.settings.home, session_id).unlink()
 
     def _label_filter(self, all_homes: bool) -> dict[str, list[str]]:
         return {"label": [LABEL_SESSION] if all_homes else [LABEL_SESSION, f"{LABEL_HOME}={self.home_id}"]}
@@ -568,7 +614,8 @@ class DockerBackend(Backend):
             claim = self._read_claim(labels[LABEL_SESSION]) if labels.get(LABEL_POOL) else None
             if labels.get(LABEL_POOL) and claim is None and not unclaimed:
                 continue  # a warm pool's session waiting to be claimed is nobody's yet
-            infos.append(_info(row["Id"], row.get("Image", ""), row.get("State", ""), labels, claim))
+            usage, _ = read_usage(usage_path(self.settings.home, labels[LABEL_SESSION]))
+            infos.append(_info(row["Id"], row.get("Image", ""), row.get("State", ""), labels, claim, usage=usage))
         seen = {info.id for info in infos}
         for volume in await self._volumes(all_homes=all_homes):
             volume_labels: dict[str, str] = volume["Labels"]
@@ -597,10 +644,40 @@ class DockerBackend(Backend):
             return next((info for info in found if info.state == "running"), found[-1])
         raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists them")
 
-    async def gc(self, *, all_homes: bool = False) -> GcReport:
-        """See :meth:`Backend.gc`."""
+    async def stop_idle(self, *, skip: frozenset[str] = frozenset()) -> GcReport:
+        """See :meth:`Backend.stop_idle`."""
         removed: list[str] = []
         kept: list[str] = []
+        stopped: list[str] = []
+        now = _now()
+        for row in await self._rows():
+            labels: dict[str, str] = row["Labels"]
+            session_id = labels[LABEL_SESSION]
+            limit = _parse_idle(labels.get(LABEL_IDLE))
+            if limit is None or session_id in skip or row.get("State") != "running":
+                continue
+            # The usage file stays locked while the session is stopped: a call starting meanwhile is not missed.
+            path = usage_path(self.settings.home, session_id)
+            usage, held = await trio.to_thread.run_sync(functools.partial(read_usage, path, hold=True))
+            try:
+                info = _info(row["Id"], row.get("Image", ""), "running", labels, usage=usage)
+                if usage.busy or info.idle_for_s(now) <= limit:
+                    continue
+                named = info.name is not None
+                await self._remove(session_id, graceful=True, keep_volume=named)
+            finally:
+                if held is not None:
+                    os.close(held)
+            removed.append(container_name(session_id))
+            (kept if named else removed).append(volume_name(session_id))
+            stopped.append(info.name or session_id)
+        return GcReport(removed=tuple(removed), kept=tuple(kept), idle_stopped=tuple(stopped))
+
+    async def gc(self, *, all_homes: bool = False) -> GcReport:
+        """See :meth:`Backend.gc`."""
+        idle = await self.stop_idle()
+        removed: list[str] = list(idle.removed)
+        kept: list[str] = list(idle.kept)
         min_age = self.settings.docker.gc_min_age_s
         now = _now()
         live: set[str] = set()
@@ -642,7 +719,7 @@ class DockerBackend(Backend):
         for lease in dead_leases:
             with suppress(FileNotFoundError):
                 (self.settings.home / "pools" / f"{lease}.lock").unlink()
-        return GcReport(removed=tuple(removed), kept=tuple(kept))
+        return GcReport(removed=tuple(removed), kept=tuple(kept), idle_stopped=idle.idle_stopped)
 
     async def aclose(self) -> None:
         """See :meth:`Backend.aclose`."""

@@ -23,6 +23,7 @@ __all__ = [
     "AGENT_SOCKET",
     "LABEL_CREATED",
     "LABEL_HOME",
+    "LABEL_IDLE",
     "LABEL_NAME",
     "LABEL_OWNER",
     "LABEL_POOL",
@@ -74,6 +75,9 @@ LABEL_HOME: Final = "executor.home"
 """The identity of the executor home that owns a session (a hash of its resolved path): listing, attaching,
 stopping and clean-up act on their own home's sessions unless told otherwise (``--all``)."""
 LABEL_POOL: Final = "executor.pool"
+LABEL_IDLE: Final = "executor.idle_limit_s"
+"""A named session's idle limit: seconds (``"3600"``) or ``"none"``; absent on unnamed sessions and on sessions
+made before idle limits existed (no limit)."""
 """On a warm pool's session: the token of the process's pool lease (``<home>/pools/<token>.lock``, held locked)."""
 
 
