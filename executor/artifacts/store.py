@@ -110,6 +110,9 @@ CREATE TABLE IF NOT EXISTS tasks (
 """
 
 
+_PURGE_INTERVAL_S = 1.0
+"""Expired tombstones are deleted at most this often (seconds)."""
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -213,6 +216,7 @@ class ArtifactStore:
         self._conn = conn
         self._clock = clock
         self._live: dict[str, Capture] = {}
+        self._purged_at: float | None = None
 
     @classmethod
     def open(
@@ -380,8 +384,14 @@ class ArtifactStore:
 
     @_index_errors
     def _purge_tombstones(self) -> None:
+        # At most once a second: a tombstone past its horizon is already ignored by the reader (it compares
+        # times), so purging is housekeeping and need not cost a statement per capture.
+        now = self._clock()
+        if self._purged_at is not None and 0 <= now - self._purged_at < _PURGE_INTERVAL_S:
+            return
+        self._purged_at = now
         horizon = self.settings.tombstone_horizon_s
-        self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (self._clock() - horizon,))
+        self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (now - horizon,))
 
     def _folder(self, session_id: str, artifact_id: str) -> Path:
         # Both ids were validated against their regexes before this is called.
@@ -538,11 +548,16 @@ class SessionArtifacts:
         store = self._store
         settings = store.settings
         store._purge_tombstones()
+        kept, stored_total = store._conn.execute(
+            "SELECT count(*), coalesce(sum(bytes_stored), 0) FROM artifacts WHERE session = ?", (self.session_id,)
+        ).fetchone()
+        count = int(kept) + (1 if reserve_one else 0)
+        total = int(stored_total)
+        if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
+            return  # within budget: the usual case, one aggregate instead of every row
         rows = store._conn.execute(
             "SELECT id, bytes_stored FROM artifacts WHERE session = ? ORDER BY seq", (self.session_id,)
         ).fetchall()
-        count = len(rows) + (1 if reserve_one else 0)
-        total = sum(int(r[1]) for r in rows)
         for artifact_id, stored in rows:
             if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
                 break
