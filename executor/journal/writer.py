@@ -7,8 +7,8 @@ inside it). What may wait for the disk is separate:
 * :meth:`JournalWriter.emit` appends and settles at once: it fsyncs as ``fsync`` says and seals the head before it
   returns, on the calling thread.
 * :meth:`JournalWriter.append` only writes the line and leaves the fsync and the head seal owed; ``await``
-  :meth:`JournalWriter.commit` pays them on a worker thread, group-committed (concurrent actions of one session
-  share one fsync). The pipeline appends and commits before an action runs and before its result is returned.
+  :meth:`JournalWriter.commit` pays them on the writer's commit thread, group-committed (concurrent actions of one
+  session share one fsync). The pipeline appends and commits before an action runs and before its result is returned.
 
 What each ``fsync`` mode guarantees, for an event appended and then committed (or emitted):
 
@@ -47,6 +47,7 @@ events stay whole.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -126,7 +127,8 @@ class JournalWriter:
         self._settled = 0
         """Of them, how many are fsynced as promised and under the sealed head."""
         self._sync_owed = False
-        self._commit_lock: trio.Lock | None = None
+        """A boundary was appended that no fsync covers yet (and no commit was asked for it)."""
+        self._committer: _Committer | None = None
 
     @property
     def path(self) -> Path:
@@ -207,45 +209,48 @@ class JournalWriter:
     async def commit(self, *, seal: bool = True) -> None:
         """Make everything appended so far as durable as ``fsync`` promises, and seal the head over it.
 
-        Args:
-            seal: seal the head too; False only fsyncs what is owed and leaves the seal owed to the next commit
-                (the pipeline's commit before an action runs: the one before its result is returned seals).
+        The fsync and the seal run on this writer's commit thread (the event loop keeps running). Group commit: a
+        commit asked for while the thread is on the disk is merged with every other one asked for meanwhile, so
+        concurrent actions of a session share fsyncs. A boundary appended after the first commit starts its fsync
+        at once, so the disk wait overlaps whatever the caller does before it commits. Returns at once when
+        nothing is owed.
 
-        The fsync and the seal run on a worker thread (the event loop keeps running). Group commit: callers that
-        arrive while a commit is on the disk wait for it and then share the next one, so concurrent actions of a
-        session share fsyncs. Returns at once when nothing is owed.
+        Args:
+            seal: seal the head too; False only waits for what is owed to be fsynced and leaves the seal to the next
+                commit (the pipeline's commit before an action runs: the one before its result is returned seals).
 
         Raises:
-            JournalError: the fsync or the seal failed.
+            JournalError: the writer is not open, or the fsync or the seal failed.
         """
         import trio  # here, not at the top: importing the journal package must not load trio (test_init)
 
+        if self._fd is None:
+            raise JournalError(f"journal {self._path} is not open; use the writer as a context manager")
         target = self._appended
-        if self._commit_lock is None:
-            self._commit_lock = trio.Lock()
-        async with self._commit_lock:
-            if self._settled >= target or (not seal and not self._sync_owed):
-                return
-            snapshot = (self._appended, self._seq, self._mac, self._size, self._sync_owed)
-            self._sync_owed = False
-            try:
-                # One commit per writer at a time (the lock): at most one worker thread per journal.
-                await trio.to_thread.run_sync(self._settle_upto, snapshot[1:], seal)
-            except BaseException:
-                self._sync_owed = self._sync_owed or snapshot[4]
-                raise
-            if seal:
-                self._settled = max(self._settled, snapshot[0])
+        committer = self._committer
+        in_flight = committer is not None and committer.synced < target and committer.busy
+        if not self._sync_owed and (not seal or self._settled >= target) and not in_flight:
+            return
+        token = trio.lowlevel.current_trio_token()
+        if self._committer is None or self._committer.token is not token:
+            if self._committer is not None:
+                self._committer.stop()
+            self._committer = _Committer(self, token)
+        committer = self._committer
+        self._request(seal=seal)
+        done = trio.Event()
+        committer.wait_for(target, seal=seal, event=done)
+        await done.wait()
+        if committer.error is not None:
+            raise committer.error
+        if seal:
+            self._settled = max(self._settled, committer.sealed)
 
-    def _settle_upto(self, snapshot: tuple[int, str, int, bool], seal: bool) -> None:
-        """Worker thread: fsync (if owed) then seal the head at ``snapshot`` (seq, mac, size, sync owed)."""
-        seq, mac, size, sync = snapshot
-        if sync:
-            self._sync()
-        if seal and self._key is not None:
-            # Not fsynced: the lines it names are already on disk, so a power cut can only leave an older head
-            # (reaching fewer lines), which the reader accepts; a disk wait saved per commit.
-            self._write_head(seq, mac, size, sync=False)
+    def _request(self, *, seal: bool) -> None:
+        """Hand the commit thread everything appended so far (what it owes to the disk and, with ``seal``, the head)."""
+        assert self._committer is not None
+        self._committer.request((self._appended, self._seq, self._mac, self._size), sync=self._sync_owed, seal=seal)
+        self._sync_owed = False
 
     def _append(self, event: _E, *, settle: bool) -> _E:
         if self._fd is None:
@@ -294,6 +299,8 @@ class JournalWriter:
                 self._settled = self._appended
             elif sync:
                 self._sync_owed = True
+                if self._committer is not None:
+                    self._request(seal=True)  # start the disk wait now; the caller's commit finds it done or underway
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         return stamped
@@ -409,6 +416,9 @@ class JournalWriter:
             self._closed = True
             return
         fd = self._fd
+        if self._committer is not None:
+            self._committer.stop()  # finishes what it was asked for first
+            self._committer = None
         try:
             if self._settings.fsync in ("close", "action"):
                 self._sync()
@@ -432,6 +442,97 @@ class JournalWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _Committer:
+    """A writer's commit thread: fsyncs and seals what the event loop appended, then wakes the tasks waiting.
+
+    Requests are merged: the thread always takes the latest snapshot (appended count, seq, mac, size) with the
+    union of what was asked (an fsync owed, a seal), so concurrent commits share one disk wait. Tasks wait on trio
+    events set from the thread through the run's token; nothing here blocks the event loop.
+    """
+
+    def __init__(self, writer: JournalWriter, token: trio.lowlevel.TrioToken) -> None:
+        self.token = token
+        self.synced = 0
+        """Appended lines (counted) that are as durable as the mode promises (read on the trio thread)."""
+        self.sealed = 0
+        """Appended lines (counted) the head reaches."""
+        self.error: JournalError | None = None
+        self._writer = writer
+        self._cond = threading.Condition()
+        self._wanted: tuple[tuple[int, int, str, int], bool, bool] | None = None
+        self._working = False
+        self._stopping = False
+        self._waiters: list[tuple[int, bool, trio.Event]] = []
+        self._thread = threading.Thread(target=self._run, name=f"journal commit {writer.path}", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is pending or on the disk."""
+        with self._cond:
+            return self._working or self._wanted is not None
+
+    def request(self, snapshot: tuple[int, int, str, int], *, sync: bool, seal: bool) -> None:
+        """Ask for ``snapshot`` (appended, seq, mac, size) to be fsynced (if ``sync``) and sealed (if ``seal``)."""
+        with self._cond:
+            if self._wanted is not None:
+                _, was_sync, was_seal = self._wanted
+                sync, seal = sync or was_sync, seal or was_seal
+            self._wanted = (snapshot, sync, seal)
+            self._cond.notify()
+
+    def wait_for(self, target: int, *, seal: bool, event: trio.Event) -> None:
+        """Set ``event`` (on the trio thread) once ``target`` lines are synced (and sealed, with ``seal``)."""
+        self._waiters.append((target, seal, event))
+        self._wake()
+
+    def stop(self) -> None:
+        """Finish what was asked, then end the thread (blocks for at most one fsync and one seal)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        writer = self._writer
+        while True:
+            with self._cond:
+                while self._wanted is None and not self._stopping:
+                    self._cond.wait()
+                if self._wanted is None:
+                    return
+                (appended, seq, mac, size), sync, seal = self._wanted
+                self._wanted = None
+                self._working = True
+            try:
+                if sync:
+                    writer._sync()
+                self.synced = max(self.synced, appended)
+                if seal:
+                    if writer._key is not None:
+                        # Not fsynced: the lines it names are on disk already, so a power cut can only leave an
+                        # older head (reaching fewer lines), which the reader accepts; a disk wait saved.
+                        writer._write_head(seq, mac, size, sync=False)
+                    self.sealed = max(self.sealed, appended)
+            except JournalError as exc:
+                self.error = exc
+            finally:
+                with self._cond:
+                    self._working = False
+            with contextlib.suppress(RuntimeError):  # trio.RunFinishedError: nobody is left to wake
+                self.token.run_sync_soon(self._wake)
+
+    def _wake(self) -> None:
+        """On the trio thread: set the events of the waits that are now satisfied (all of them after an error)."""
+        keep: list[tuple[int, bool, trio.Event]] = []
+        for target, seal, event in self._waiters:
+            if self.error is not None or (self.sealed if seal else self.synced) >= target:
+                event.set()
+            else:
+                keep.append((target, seal, event))
+        self._waiters = keep
 
 
 def _type_of(event: EventBase) -> str:

