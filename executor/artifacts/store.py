@@ -136,6 +136,12 @@ def _index_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
     return mapped
 
 
+@functools.lru_cache(maxsize=1024)
+def _parse_state(raw: str) -> StreamState:
+    """A stream's index row, parsed once per distinct row (the model is frozen, so sharing it is safe)."""
+    return StreamState.model_validate_json(raw)
+
+
 def _damaged(artifact_id: str, stream: str, what: str) -> ArtifactError:
     return ArtifactError(
         f"artifact {artifact_id} stream {stream}: {what}; the store was changed outside the executor, so this "
@@ -614,7 +620,7 @@ class SessionArtifacts:
         states: dict[str, StreamState] = {}
         for name, state in rows:
             try:
-                states[name] = StreamState.model_validate_json(state)
+                states[name] = _parse_state(state)
             except ValidationError:
                 raise _damaged(artifact_id, name, "its index row does not parse") from None
         return states

@@ -161,9 +161,10 @@ class Gatekeeper:
                 static_only=outcome.static_only,
             )
         )
-        request = self.gate.request_for(action, session_id=self.session_id)
-        for record in outcome.judgments:
-            self.journal_judgment(record, request, action_id=action_id, artifact_id=None)
+        if outcome.judgments:  # a static allow or deny asked no judge: no request to build
+            request = self.gate.request_for(action, session_id=self.session_id)
+            for record in outcome.judgments:
+                self.journal_judgment(record, request, action_id=action_id, artifact_id=None)
         observe = self.profile.gate_mode == "observe"
         journal.append(
             DecisionEvent(
