@@ -217,22 +217,30 @@ class Gatekeeper:
         kind: str,
         streams: tuple[str, ...],
         on_abort: tuple[str, bytes] | None = None,
+        commit_at_exit: bool = True,
     ) -> AsyncIterator[Execution]:
         """The capture/journal bracket of one executed action.
 
-        Begins the action's artifact, journals ``ExecutionStarted`` and commits the journal (so under the default
-        ``journal.fsync`` the decision and the start are on disk before the body runs the action); the body calls
-        :meth:`Execution.finish`, and the bracket commits again on the way out, so the end is as durable as the
-        settings promise before the body's result can be returned. If the body raises (cancellation included)
-        before finishing, the capture is closed as ``cancelled`` (after ``on_abort``'s bytes are fed to its
-        stream), ``ExecutionFinished`` is emitted with cause ``cancelled`` (synchronously: cancellation cannot
-        interrupt the bookkeeping), and the error propagates.
+        Journals ``ExecutionStarted``, begins the action's artifact while that record's fsync is under way, and
+        waits for the fsync (so under the default ``journal.fsync`` the decision and the start are on disk before
+        the body runs the action); the body calls :meth:`Execution.finish`. On the way out the bracket commits
+        again (the end as durable as the settings promise, the head sealed) unless ``commit_at_exit`` is False:
+        then the caller must commit before it returns the result (a sanitized result does: ``Views.sanitize``
+        commits), and the end's fsync, already started, overlaps the presentation. If the body raises
+        (cancellation included) before finishing, the capture is closed as ``cancelled`` (after ``on_abort``'s
+        bytes are fed to its stream), ``ExecutionFinished`` is emitted with cause ``cancelled`` (synchronously:
+        cancellation cannot interrupt the bookkeeping), and the error propagates.
         """
-        capture = self.artifacts.begin(kind=kind, streams=streams, meta={"action_id": action_id})
-        self.journal.append(ExecutionStarted(action_id=action_id))
-        execution = Execution(action_id=action_id, capture=capture, journal=self.journal)
+        journal = self.journal
+        journal.append(ExecutionStarted(action_id=action_id))
         try:
-            await self.journal.commit(seal=False)  # durable before it runs; the head is sealed before the result
+            capture = self.artifacts.begin(kind=kind, streams=streams, meta={"action_id": action_id})
+        except BaseException:
+            journal.emit(ExecutionFinished(action_id=action_id))  # nothing ran and nothing was captured
+            raise
+        execution = Execution(action_id=action_id, capture=capture, journal=journal)
+        try:
+            await journal.commit(seal=False)  # durable before it runs; the head is sealed before the result
             yield execution
         except BaseException:
             if execution.record is None:
@@ -242,4 +250,5 @@ class Gatekeeper:
             raise
         if execution.record is None:
             raise AssertionError(f"execution of {action_id} ended without a recorded finish")
-        await self.journal.commit()
+        if commit_at_exit:
+            await journal.commit()

@@ -213,7 +213,10 @@ class Session:
         action_id, gated = await self._gate_run(spec, approval_handler, tool="bash")
         if gated is not None:
             return gated
-        async with self._gatekeeper.execution(action_id, kind="bash", streams=("stdout", "stderr")) as execution:
+        # commit_at_exit=False: the sanitized result below commits (Views.sanitize) before it is returned.
+        async with self._gatekeeper.execution(
+            action_id, kind="bash", streams=("stdout", "stderr"), commit_at_exit=False
+        ) as execution:
             try:
                 result = await self._client.run(spec, execution.capture)
             except SandboxLost:
@@ -319,8 +322,8 @@ class Session:
         outcome: Outcome = "completed"
         data_out: dict[str, object] | None = None
         abort_note = ("output", f"[write to {prepared.path} cancelled before it finished]".encode())
-        async with self._gatekeeper.execution(
-            action_id, kind="write_file", streams=("output",), on_abort=abort_note
+        async with self._gatekeeper.execution(  # the sanitized result below commits (Views.sanitize)
+            action_id, kind="write_file", streams=("output",), on_abort=abort_note, commit_at_exit=False
         ) as execution:
             try:
                 result = await self._writer.execute(prepared, data)
