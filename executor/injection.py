@@ -78,6 +78,13 @@ def _read(line: str) -> tuple[str, bool]:
 
 
 def _matches(text: str) -> bool:
+    if len(text) <= 2 * _CACHED_LINE_CHARS + 1:  # one short line, or two joined
+        return _matches_short(text)
+    return _INSTRUCTION.search(text) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _matches_short(text: str) -> bool:
     return _INSTRUCTION.search(text) is not None
 
 

@@ -110,6 +110,8 @@ CREATE TABLE IF NOT EXISTS tasks (
 """
 
 
+_FOLDER_MEMO_ENTRIES = 1024
+"""Artifact folder paths a store remembers (cleared when full)."""
 _PURGE_INTERVAL_S = 1.0
 """Expired tombstones are deleted at most this often (seconds)."""
 
@@ -223,6 +225,7 @@ class ArtifactStore:
         self._clock = clock
         self._live: dict[str, Capture] = {}
         self._purged_at: float | None = None
+        self._folders: dict[tuple[str, str], Path] = {}
 
     @classmethod
     def open(
@@ -400,8 +403,15 @@ class ArtifactStore:
         self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (now - horizon,))
 
     def _folder(self, session_id: str, artifact_id: str) -> Path:
-        # Both ids were validated against their regexes before this is called.
-        return self.home / "sessions" / session_id / "artifacts" / artifact_id
+        # Both ids were validated against their regexes before this is called. Remembered: a call reaches the same
+        # few folders a dozen times, and joining paths is a measurable part of it.
+        key = (session_id, artifact_id)
+        folder = self._folders.get(key)
+        if folder is None:
+            if len(self._folders) >= _FOLDER_MEMO_ENTRIES:
+                self._folders.clear()
+            folder = self._folders[key] = self.home / "sessions" / session_id / "artifacts" / artifact_id
+        return folder
 
 
 class SessionArtifacts:
