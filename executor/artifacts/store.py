@@ -110,6 +110,8 @@ CREATE TABLE IF NOT EXISTS tasks (
 """
 
 
+_FINISHED_MEMO_ENTRIES = 16
+"""Finished artifacts whose index rows a session's view remembers."""
 _FOLDER_MEMO_ENTRIES = 1024
 """Artifact folder paths a store remembers (cleared when full)."""
 _PURGE_INTERVAL_S = 1.0
@@ -421,6 +423,8 @@ class SessionArtifacts:
         self._store = store
         self.session_id = session_id
         """The owning session."""
+        self._finished: dict[str, tuple[Any, dict[str, StreamState]]] = {}
+        """Index rows of recently finished artifacts: final until evicted, so read once (see :meth:`_indexed`)."""
 
     @property
     def settings(self) -> ArtifactSettings:
@@ -586,6 +590,7 @@ class SessionArtifacts:
                     "INSERT OR REPLACE INTO tombstones (id, session, evicted_at) VALUES (?,?,?)",
                     (artifact_id, self.session_id, store._clock()),
                 )
+            self._finished.pop(artifact_id, None)
             shutil.rmtree(store._folder(self.session_id, artifact_id), ignore_errors=True)
             count -= 1
             total -= int(stored)
@@ -635,6 +640,27 @@ class SessionArtifacts:
                 raise _damaged(artifact_id, name, "its index row does not parse") from None
         return states
 
+    def _indexed(self, artifact_id: object) -> tuple[str, Any, dict[str, StreamState]]:
+        """The checked id, index row and stream states of an artifact.
+
+        A finished artifact's row and states never change again (only a running one is published to), so the last
+        few are remembered, each trusted only while its folder exists (an eviction, by any process, removes it);
+        an eviction by this store forgets one, and so does a file found missing.
+        """
+        checked = self._check_id(artifact_id)
+        known = self._finished.get(checked)
+        if known is not None:
+            if self._store._folder(self.session_id, checked).is_dir():
+                return checked, known[0], dict(known[1])
+            del self._finished[checked]  # evicted (an eviction removes the folder): the index says how
+        checked, row = self._row(checked)
+        states = self._states(checked)
+        if row[2] != "running":
+            if len(self._finished) >= _FINISHED_MEMO_ENTRIES:
+                del self._finished[next(iter(self._finished))]
+            self._finished[checked] = (row, dict(states))
+        return checked, row, states
+
     def record(self, artifact_id: str) -> ArtifactRecord:
         """The record of one of this session's artifacts.
 
@@ -642,8 +668,7 @@ class SessionArtifacts:
             ArtifactNotFound: malformed, foreign or unknown id (one message for all three).
             ArtifactEvicted: evicted by retention, tombstone still within the horizon.
         """
-        checked, row = self._row(artifact_id)
-        states = self._states(checked)
+        checked, row, states = self._indexed(artifact_id)
         return ArtifactRecord(
             id=checked,
             session=self.session_id,
@@ -664,8 +689,7 @@ class SessionArtifacts:
 
     def _resolve(self, artifact_id: str, stream: str | None) -> tuple[str, str, StreamState, Path]:
         """Validate, flush a live capture, and return (id, stream, state, folder)."""
-        checked, _ = self._row(artifact_id)
-        states = self._states(checked)
+        checked, _, states = self._indexed(artifact_id)
         if not states:
             raise _damaged(checked, "(any)", "the index has no stream rows for it")
         if stream is None:
@@ -688,6 +712,7 @@ class SessionArtifacts:
             try:
                 fd = os.open(folder / state.file, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
+                self._finished.pop(checked, None)  # evicted meanwhile (perhaps by another process): read the index
                 if attempt == 2:
                     raise _damaged(checked, name, f"its file {state.file} is missing") from None
                 continue
