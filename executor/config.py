@@ -518,9 +518,11 @@ class JournalSettings(_Section):
     """The decision journal (ndjson, one per session)."""
 
     fsync: Literal["always", "action", "close", "never"] = "action"
-    """When appended events are fsynced: ``always`` after each event; ``action`` at each action boundary (before a
-    command or write executes, when it ends, when an approval resolves, when the session closes: one fsync covers
-    every earlier event); ``close`` when the session closes; ``never``."""
+    """When appended events are fsynced. In every mode each event is written to the file before the call that
+    records it goes on, so a killed process loses no record of a returned result. Against a power cut: ``always``
+    fsyncs each event; ``action`` fsyncs at each action boundary (before a command or write executes, before its
+    result is returned, when an approval resolves, when the session closes: one fsync covers every earlier event,
+    and concurrent actions share it); ``close`` only when the session closes; ``never`` not at all."""
     max_line_bytes: int = Field(16 * _MIB, ge=1024, le=256 * _MIB)
     """Longest journal line a reader accepts (and a writer emits): an action event carries its whole command, so
     this stays well above ``bash.max_command_bytes`` (JSON escaping can grow a command several times)."""

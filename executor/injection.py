@@ -12,6 +12,7 @@ folded, so ``ig<U+200B>nore`` still reads ``ignore``. A phrase split over two co
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -59,19 +60,47 @@ def reads_as(escaped: str) -> str:
     return _SPACES.sub(" ", _NOTATION.sub("", escaped)).casefold().strip()
 
 
+_CACHED_LINE_CHARS: Final = 512
+"""Lines up to this long have their reading and match remembered (results repeat the same short lines)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_short(line: str) -> tuple[str, bool]:
+    text = reads_as(line)
+    return text, _matches(text)
+
+
+def _read(line: str) -> tuple[str, bool]:
+    if len(line) <= _CACHED_LINE_CHARS:
+        return _read_short(line)
+    text = reads_as(line)
+    return text, _matches(text)
+
+
+def _matches(text: str) -> bool:
+    if len(text) <= 2 * _CACHED_LINE_CHARS + 1:  # one short line, or two joined
+        return _matches_short(text)
+    return _INSTRUCTION.search(text) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _matches_short(text: str) -> bool:
+    return _INSTRUCTION.search(text) is not None
+
+
 def flagged_indexes(escaped_lines: Sequence[str]) -> set[int]:
     """The 0-based indexes of the lines (escaped as the sanitizer shows them) that address the agent.
 
     A line is flagged when it matches alone, or when it and the next non-blank line match only together (a
     phrase split over the break; blank lines in between are skipped, so they do not hide it).
     """
-    read = [(index, reads_as(line)) for index, line in enumerate(escaped_lines)]
-    read = [(index, text) for index, text in read if text]
-    alone = {index for index, text in read if _INSTRUCTION.search(text)}
+    read = [(index, *_read(line)) for index, line in enumerate(escaped_lines)]
+    read = [entry for entry in read if entry[1]]
+    alone = {index for index, _, matched in read if matched}
     flagged = set(alone)
-    for (first, first_text), (second, second_text) in itertools.pairwise(read):
+    for (first, first_text, _), (second, second_text, _) in itertools.pairwise(read):
         if first in alone or second in alone:
             continue
-        if _INSTRUCTION.search(f"{first_text} {second_text}"):
+        if _matches(f"{first_text} {second_text}"):
             flagged.update((first, second))
     return flagged

@@ -110,6 +110,13 @@ CREATE TABLE IF NOT EXISTS tasks (
 """
 
 
+_FINISHED_MEMO_ENTRIES = 16
+"""Finished artifacts whose index rows a session's view remembers."""
+_FOLDER_MEMO_ENTRIES = 1024
+"""Artifact folder paths a store remembers (cleared when full)."""
+_PURGE_INTERVAL_S = 1.0
+"""Expired tombstones are deleted at most this often (seconds)."""
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -131,6 +138,12 @@ def _index_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
             ) from exc
 
     return mapped
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_state(raw: str) -> StreamState:
+    """A stream's index row, parsed once per distinct row (the model is frozen, so sharing it is safe)."""
+    return StreamState.model_validate_json(raw)
 
 
 def _damaged(artifact_id: str, stream: str, what: str) -> ArtifactError:
@@ -213,6 +226,8 @@ class ArtifactStore:
         self._conn = conn
         self._clock = clock
         self._live: dict[str, Capture] = {}
+        self._purged_at: float | None = None
+        self._folders: dict[tuple[str, str], Path] = {}
 
     @classmethod
     def open(
@@ -380,12 +395,25 @@ class ArtifactStore:
 
     @_index_errors
     def _purge_tombstones(self) -> None:
+        # At most once a second: a tombstone past its horizon is already ignored by the reader (it compares
+        # times), so purging is housekeeping and need not cost a statement per capture.
+        now = self._clock()
+        if self._purged_at is not None and 0 <= now - self._purged_at < _PURGE_INTERVAL_S:
+            return
+        self._purged_at = now
         horizon = self.settings.tombstone_horizon_s
-        self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (self._clock() - horizon,))
+        self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (now - horizon,))
 
     def _folder(self, session_id: str, artifact_id: str) -> Path:
-        # Both ids were validated against their regexes before this is called.
-        return self.home / "sessions" / session_id / "artifacts" / artifact_id
+        # Both ids were validated against their regexes before this is called. Remembered: a call reaches the same
+        # few folders a dozen times, and joining paths is a measurable part of it.
+        key = (session_id, artifact_id)
+        folder = self._folders.get(key)
+        if folder is None:
+            if len(self._folders) >= _FOLDER_MEMO_ENTRIES:
+                self._folders.clear()
+            folder = self._folders[key] = self.home / "sessions" / session_id / "artifacts" / artifact_id
+        return folder
 
 
 class SessionArtifacts:
@@ -395,6 +423,8 @@ class SessionArtifacts:
         self._store = store
         self.session_id = session_id
         """The owning session."""
+        self._finished: dict[str, tuple[Any, dict[str, StreamState]]] = {}
+        """Index rows of recently finished artifacts: final until evicted, so read once (see :meth:`_indexed`)."""
 
     @property
     def settings(self) -> ArtifactSettings:
@@ -538,11 +568,16 @@ class SessionArtifacts:
         store = self._store
         settings = store.settings
         store._purge_tombstones()
+        kept, stored_total = store._conn.execute(
+            "SELECT count(*), coalesce(sum(bytes_stored), 0) FROM artifacts WHERE session = ?", (self.session_id,)
+        ).fetchone()
+        count = int(kept) + (1 if reserve_one else 0)
+        total = int(stored_total)
+        if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
+            return  # within budget: the usual case, one aggregate instead of every row
         rows = store._conn.execute(
             "SELECT id, bytes_stored FROM artifacts WHERE session = ? ORDER BY seq", (self.session_id,)
         ).fetchall()
-        count = len(rows) + (1 if reserve_one else 0)
-        total = sum(int(r[1]) for r in rows)
         for artifact_id, stored in rows:
             if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
                 break
@@ -555,6 +590,7 @@ class SessionArtifacts:
                     "INSERT OR REPLACE INTO tombstones (id, session, evicted_at) VALUES (?,?,?)",
                     (artifact_id, self.session_id, store._clock()),
                 )
+            self._finished.pop(artifact_id, None)
             shutil.rmtree(store._folder(self.session_id, artifact_id), ignore_errors=True)
             count -= 1
             total -= int(stored)
@@ -599,10 +635,31 @@ class SessionArtifacts:
         states: dict[str, StreamState] = {}
         for name, state in rows:
             try:
-                states[name] = StreamState.model_validate_json(state)
+                states[name] = _parse_state(state)
             except ValidationError:
                 raise _damaged(artifact_id, name, "its index row does not parse") from None
         return states
+
+    def _indexed(self, artifact_id: object) -> tuple[str, Any, dict[str, StreamState]]:
+        """The checked id, index row and stream states of an artifact.
+
+        A finished artifact's row and states never change again (only a running one is published to), so the last
+        few are remembered, each trusted only while its folder exists (an eviction, by any process, removes it);
+        an eviction by this store forgets one, and so does a file found missing.
+        """
+        checked = self._check_id(artifact_id)
+        known = self._finished.get(checked)
+        if known is not None:
+            if self._store._folder(self.session_id, checked).is_dir():
+                return checked, known[0], dict(known[1])
+            del self._finished[checked]  # evicted (an eviction removes the folder): the index says how
+        checked, row = self._row(checked)
+        states = self._states(checked)
+        if row[2] != "running":
+            if len(self._finished) >= _FINISHED_MEMO_ENTRIES:
+                del self._finished[next(iter(self._finished))]
+            self._finished[checked] = (row, dict(states))
+        return checked, row, states
 
     def record(self, artifact_id: str) -> ArtifactRecord:
         """The record of one of this session's artifacts.
@@ -611,8 +668,7 @@ class SessionArtifacts:
             ArtifactNotFound: malformed, foreign or unknown id (one message for all three).
             ArtifactEvicted: evicted by retention, tombstone still within the horizon.
         """
-        checked, row = self._row(artifact_id)
-        states = self._states(checked)
+        checked, row, states = self._indexed(artifact_id)
         return ArtifactRecord(
             id=checked,
             session=self.session_id,
@@ -633,8 +689,7 @@ class SessionArtifacts:
 
     def _resolve(self, artifact_id: str, stream: str | None) -> tuple[str, str, StreamState, Path]:
         """Validate, flush a live capture, and return (id, stream, state, folder)."""
-        checked, _ = self._row(artifact_id)
-        states = self._states(checked)
+        checked, _, states = self._indexed(artifact_id)
         if not states:
             raise _damaged(checked, "(any)", "the index has no stream rows for it")
         if stream is None:
@@ -657,6 +712,7 @@ class SessionArtifacts:
             try:
                 fd = os.open(folder / state.file, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
+                self._finished.pop(checked, None)  # evicted meanwhile (perhaps by another process): read the index
                 if attempt == 2:
                     raise _damaged(checked, name, f"its file {state.file} is missing") from None
                 continue

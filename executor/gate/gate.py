@@ -23,6 +23,7 @@ which can raise a flag but never lower a level.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Final
 
@@ -50,6 +51,10 @@ class _DefaultCache:
 
 DEFAULT_CACHE: Final = _DefaultCache()
 """Sentinel: build the cache from ``GateSettings.cache`` (None means no cache at all)."""
+
+
+_STATIC_MEMO_ENTRIES: Final = 256
+"""Static verdicts a gate remembers (the most recently used actions)."""
 
 
 class GateOutcome(BaseModel):
@@ -142,6 +147,25 @@ class Gate:
         self.floor: Judge = RulesJudge()
         self.judge = None if judge is None or isinstance(judge, RulesJudge) else judge
         self.cache = AnswerCache.from_settings(settings.cache) if isinstance(cache, _DefaultCache) else cache
+        self._static: OrderedDict[str, tuple[Policy, StaticVerdict, bool]] = OrderedDict()
+        """Static verdicts by action identity (the hash of the whole action), with the policy that gave them."""
+
+    def _static_verdict(self, action: BashAction | WriteAction, identity: str) -> tuple[StaticVerdict, bool]:
+        """The policy's verdict on ``action`` and whether its env changes code: pure, so remembered by identity.
+
+        The identity hashes every field of the action (command, cwd, env, stdin, timeout, path, content...), so a
+        remembered verdict is the verdict on exactly this action; a replaced policy is never served from the memo.
+        """
+        known = self._static.get(identity)
+        if known is not None and known[0] is self.policy:
+            self._static.move_to_end(identity)
+            return known[1], known[2]
+        verdict = self.policy.evaluate(action)
+        env_changes = self._env_changes_code(action)
+        self._static[identity] = (self.policy, verdict, env_changes)
+        while len(self._static) > _STATIC_MEMO_ENTRIES:
+            self._static.popitem(last=False)
+        return verdict, env_changes
 
     @staticmethod
     def _env_changes_code(action: BashAction | WriteAction) -> bool:
@@ -193,13 +217,13 @@ class Gate:
         if level not in (0, 1, 2, 3):
             raise ValueError(f"trust level {level!r} is not one of 0, 1, 2, 3")
         identity = action.identity()
-        static = self.policy.evaluate(action)
+        static, env_changes = self._static_verdict(action, identity)
         # The file's name, not its host path: the reasons reach the model; `executor config show` gives the path.
         reasons = [
             f"policy rule {m.rule!r} ({m.decision}, policy file {self.policy.rule_file(m.rule)}): {m.justification}"
             for m in static.matches
         ]
-        alone = static.decision == "deny" or (static.decision == "allow" and not self._env_changes_code(action))
+        alone = static.decision == "deny" or (static.decision == "allow" and not env_changes)
         if alone and static.decision is not None:
             return GateOutcome(
                 identity=identity,

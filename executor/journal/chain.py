@@ -13,7 +13,8 @@ A signed line is the event's JSON object with one more member appended by the wr
 
 Each line is authenticated on its own (``mac``), and its position by ``prev``: an altered or forged line fails its
 mac; a deleted, reordered or copied-in line breaks the link; a journal cut at the end no longer reaches the head
-that the writer seals after every append in ``<journal>.head`` (``seq``, ``mac``, the file size and a tag under the
+that the writer seals in ``<journal>.head`` (at every emit and commit: the pipeline commits before it returns a
+result) (``seq``, ``mac``, the file size and a tag under the
 same key; a writer opening a long journal also starts from it instead of re-reading every line).
 
 The key lives in ``$EXECUTOR_HOME/journal.key`` (32 random bytes, mode 0600, created on first use, never inside a

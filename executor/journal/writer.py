@@ -1,21 +1,43 @@
 """Append events to a session's ndjson journal.
 
-Writes are synchronous on purpose: the journal is a small local file, one event is one ``write(2)`` of one short
-line, and a synchronous :meth:`JournalWriter.emit` cannot be interleaved with another task's emit under trio (there is
-no checkpoint inside it). With ``fsync = "always"`` each emit also waits for the disk. The default, ``action``, waits
-only at action boundaries (execution started and finished, an approval resolved, the session closed): one fsync
-there makes every earlier event durable too, so the record of a decision is on disk before its action runs, at two
-disk waits per action instead of six or more. An operator who wants less picks ``close`` or ``never``.
+Appends are synchronous on purpose: the journal is a small local file, one event is one ``write(2)`` of one short
+line, and a synchronous append cannot be interleaved with another task's append under trio (there is no checkpoint
+inside it). What may wait for the disk is separate:
+
+* :meth:`JournalWriter.emit` appends and settles at once: it fsyncs as ``fsync`` says and seals the head before it
+  returns, on the calling thread.
+* :meth:`JournalWriter.append` only writes the line and leaves the fsync and the head seal owed; ``await``
+  :meth:`JournalWriter.commit` pays them on the writer's commit thread, group-committed (concurrent actions of one
+  session share one fsync). The pipeline appends and commits before an action runs and before its result is returned.
+
+What each ``fsync`` mode guarantees, for an event appended and then committed (or emitted):
+
+* every mode: the line is written to the file (the kernel holds it) before ``append``/``emit`` returns, so it
+  survives the process being killed at any later point, and once the commit returns the sealed head reaches it;
+* ``action`` (default): once the commit that follows an action boundary (execution started or finished, an approval
+  resolved, the session closed) returns, that line and every earlier line are on disk (fsynced), then the head is
+  sealed over them: the record of a decision is on disk before its action runs and the record of its
+  end before its result is returned, at two disk waits per action;
+* ``always``: every line is fsynced before ``append``/``emit`` returns;
+* ``close``: lines are fsynced only when the writer closes; a power cut (not a killed process) can lose the lines
+  since the session opened;
+* ``never``: never fsynced; a power cut can lose any of them.
+
+A commit seals the head after its fsync and does not fsync the head itself. After a power cut (never after a killed
+process) the head can therefore be an older seal, which the reader accepts (it reaches fewer lines), or name lines
+that were written but not yet fsynced (events between boundaries under ``action``, any under ``close``/``never``),
+which the reader reports as ``head_mismatch``.
 
 Several writers (processes, or writers in one process) may append to one journal. Every append happens under an
 exclusive ``flock`` of the journal, and everything a writer learns about the file is learnt under that lock: it
 reads whatever other writers appended since its own last append (the whole file on its first append), takes the
-highest ``seq`` and the last signed line's mac from it, appends one line and seals the head, then unlocks. Nothing
-is read or written outside the lock (opening only opens), so ``seq`` is strictly increasing and the chain unbroken
-across all writers.
+highest ``seq`` and the last signed line's mac from it, appends one line (an :meth:`~JournalWriter.emit` also seals
+the head), then unlocks. Nothing is read or written outside the lock (opening only opens; a commit's seal is the one
+exception, below), so ``seq`` is strictly increasing and the chain unbroken across all writers.
 
 With a key (:class:`~executor.journal.chain.JournalKey`) every line is signed and chained to its predecessor, and
-``<journal>.head`` is rewritten after each append (see :mod:`executor.journal.chain`). Lines the key does not
+``<journal>.head`` is rewritten at each emit and commit (see :mod:`executor.journal.chain`); a head sealed by a commit
+outside the lock can lag behind another writer's lines, never run ahead of the file. Lines the key does not
 verify (forged or altered) are never chained to or counted for ``seq``.
 
 The file is opened with ``O_APPEND`` and never rewritten: earlier lines are never touched. If a previous writer was
@@ -25,14 +47,15 @@ events stay whole.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar, get_args
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, TypeVar, get_args
 
 from executor.config import JournalSettings
 from executor.errors import JournalCorrupt, JournalError
@@ -47,6 +70,9 @@ from executor.journal.events import (
     SessionClosed,
 )
 from executor.journal.reader import decode_line
+
+if TYPE_CHECKING:
+    import trio
 
 __all__ = ["JournalWriter", "interruption_journaler"]
 
@@ -67,7 +93,8 @@ class JournalWriter:
         settings: the journal section (``fsync``, ``max_line_bytes``, ``max_depth``).
         key: the home's journal key: every line is signed and chained, and the head sealed. None writes unsigned
             lines (a replay can then only read them unverified); the pipeline always passes the home's key.
-        fsync: the function called to flush a file descriptor to disk; a seam so tests can count calls.
+        fsync: the function called to flush a file descriptor to disk (default: ``fdatasync`` for the journal and
+            its head, ``fsync`` for the folder); a seam so tests can count calls.
             Called after each event (``always``), once when the writer closes (``close``), or never (``never``);
             under ``always`` and ``close`` the parent folder is also synced once when the file is created.
     """
@@ -79,7 +106,7 @@ class JournalWriter:
         session_id: str,
         settings: JournalSettings,
         key: JournalKey | None = None,
-        fsync: Callable[[int], None] = os.fsync,
+        fsync: Callable[[int], None] | None = None,
     ) -> None:
         if not session_id:
             raise JournalError("a journal needs a session id")
@@ -87,12 +114,21 @@ class JournalWriter:
         self._session_id = session_id
         self._settings = settings
         self._key = key
-        self._fsync = fsync
+        # fdatasync is enough for an append-only file (it flushes the size with the data); a folder takes fsync.
+        self._fsync = fsync or os.fdatasync
+        self._fsync_dir = fsync or os.fsync
         self._fd: int | None = None
         self._seq = 0
         self._mac = GENESIS
         self._size = 0
         self._closed = False
+        self._appended = 0
+        """Lines this writer appended."""
+        self._settled = 0
+        """Of them, how many are fsynced as promised and under the sealed head."""
+        self._sync_owed = False
+        """A boundary was appended that no fsync covers yet (and no commit was asked for it)."""
+        self._committer: _Committer | None = None
 
     @property
     def path(self) -> Path:
@@ -131,7 +167,7 @@ class JournalWriter:
         # A new file's directory entry is only durable once the folder itself is synced.
         dir_fd = os.open(self._path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            self._fsync(dir_fd)
+            self._fsync_dir(dir_fd)
         finally:
             os.close(dir_fd)
 
@@ -149,6 +185,9 @@ class JournalWriter:
     def emit(self, event: _E) -> _E:
         """Stamp ``event`` with the next ``seq`` and this session, validate it, and append it as one line.
 
+        Synchronous: the line is written, fsynced as ``fsync`` says and the head sealed before this returns (and so
+        is everything :meth:`append` left owed).
+
         Returns:
             The event as written (with ``seq`` and ``session_id`` set).
 
@@ -156,27 +195,81 @@ class JournalWriter:
             JournalError: the writer is not open, the event names another session, the line would be longer than
                 ``max_line_bytes`` or deeper than ``max_depth`` (a reader would refuse it), or the write failed.
         """
+        return self._append(event, settle=True)
+
+    def append(self, event: _E) -> _E:
+        """Like :meth:`emit`, but the fsync and the head seal it owes are left to the next :meth:`commit`.
+
+        The line itself is written (``write(2)``) before this returns, so it survives the process being killed; it
+        is durable against a power cut, and the head reaches it, once a later :meth:`commit` (or :meth:`emit`, or
+        :meth:`close`) returns. Under ``fsync = "always"`` this is :meth:`emit`.
+        """
+        return self._append(event, settle=self._settings.fsync == "always")
+
+    async def commit(self, *, seal: bool = True) -> None:
+        """Make everything appended so far as durable as ``fsync`` promises, and seal the head over it.
+
+        The fsync and the seal run on this writer's commit thread (the event loop keeps running). Group commit: a
+        commit asked for while the thread is on the disk is merged with every other one asked for meanwhile, so
+        concurrent actions of a session share fsyncs. A boundary appended after the first commit starts its fsync
+        at once, so the disk wait overlaps whatever the caller does before it commits. Returns at once when
+        nothing is owed.
+
+        Args:
+            seal: seal the head too; False only waits for what is owed to be fsynced and leaves the seal to the next
+                commit (the pipeline's commit before an action runs: the one before its result is returned seals).
+
+        Raises:
+            JournalError: the writer is not open, or the fsync or the seal failed.
+        """
+        import trio  # here, not at the top: importing the journal package must not load trio (test_init)
+
+        if self._fd is None:
+            raise JournalError(f"journal {self._path} is not open; use the writer as a context manager")
+        target = self._appended
+        committer = self._committer
+        in_flight = committer is not None and committer.synced < target and committer.busy
+        if not self._sync_owed and (not seal or self._settled >= target) and not in_flight:
+            return
+        token = trio.lowlevel.current_trio_token()
+        if self._committer is None or self._committer.token is not token:
+            if self._committer is not None:
+                self._committer.stop()
+            self._committer = _Committer(self, token)
+        committer = self._committer
+        self._request(seal=seal)
+        done = trio.Event()
+        committer.wait_for(target, seal=seal, event=done)
+        await done.wait()
+        if committer.error is not None:
+            raise committer.error
+        if seal:
+            self._settled = max(self._settled, committer.sealed)
+
+    def _request(self, *, seal: bool) -> None:
+        """Hand the commit thread everything appended so far (what it owes to the disk and, with ``seal``, the head)."""
+        assert self._committer is not None
+        self._committer.request((self._appended, self._seq, self._mac, self._size), sync=self._sync_owed, seal=seal)
+        self._sync_owed = False
+
+    def _append(self, event: _E, *, settle: bool) -> _E:
         if self._fd is None:
             raise JournalError(f"journal {self._path} is not open; use the writer as a context manager")
         if type(event) not in _EVENT_CLASSES:
             raise JournalError(f"only journal events can be emitted, not {type(event).__name__}")
-        # mode="json" gives the shapes a reader will see, so what is validated here is what is read back.
-        data = event.model_dump(mode="json")
-        if data.get("session_id") not in ("", self._session_id):
+        if event.session_id not in ("", self._session_id):
             raise JournalError(
-                f"event for session {data.get('session_id')!r} cannot go into the journal of {self._session_id!r}"
+                f"event for session {event.session_id!r} cannot go into the journal of {self._session_id!r}"
             )
-        data["session_id"] = self._session_id
         # Several processes may append to one session's journal (CLI calls on a named session, an MCP server):
         # everything from "learn what the others wrote" to "seal the head" happens under one exclusive lock.
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             self._catch_up()
-            data["seq"] = self._seq + 1
-            try:
-                stamped = type(event).model_validate(data)
-            except ValidationError as exc:
-                raise JournalError(f"event does not validate: {exc.errors()[0]['msg']}") from exc
+            # The event was validated when it was built (models are frozen); only the two stamps change, both
+            # already of their type, so a copy stands (no dump/validate round trip). What a reader would refuse is
+            # still checked on the exact line below.
+            stamped = event.model_copy(update={"seq": self._seq + 1, "session_id": self._session_id})
             line = stamped.model_dump_json().encode("utf-8")
             try:
                 decode_line(line, max_depth=self._settings.max_depth)
@@ -193,13 +286,21 @@ class JournalWriter:
             self._write(line + b"\n")
             self._seq += 1
             self._mac = mac
+            self._appended += 1
             sync = self._settings.fsync == "always" or (
                 self._settings.fsync == "action" and isinstance(stamped, _BOUNDARIES)
             )
-            if sync:
-                self._sync()
-            if self._key is not None:
-                self._seal(sync=sync)
+            if settle:
+                if sync or self._sync_owed:
+                    self._sync()
+                if self._key is not None:
+                    self._write_head(self._seq, self._mac, self._size, sync=sync or self._sync_owed)
+                self._sync_owed = False
+                self._settled = self._appended
+            elif sync:
+                self._sync_owed = True
+                if self._committer is not None:
+                    self._request(seal=True)  # start the disk wait now; the caller's commit finds it done or underway
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         return stamped
@@ -269,14 +370,22 @@ class JournalWriter:
         if self._key is not None and mark is not None and self._key.verifies(body, mark):
             self._mac = mark.mac
 
-    def _seal(self, *, sync: bool) -> None:
+    def _write_head(self, seq: int, mac: str, size: int, *, sync: bool) -> None:
+        """Seal the head at (seq, mac, size); called under the flock, or by :meth:`commit`'s worker thread.
+
+        The temporary file is this thread's own, so seals racing from several writers or threads never rename
+        another's half-written head; a seal outside the flock can only leave the head behind the journal (a lagging head
+        reaches fewer lines; it never claims lines the file does not have).
+        """
         assert self._key is not None
         head = head_path(self._path)
-        tmp = head.with_name(head.name + ".tmp")
+        # The temporary name is this process's and this thread's own: a commit's worker thread may seal while the
+        # event loop's thread emits, and neither may rename the other's half-written file.
+        tmp = head.with_name(f"{head.name}.{os.getpid()}.{threading.get_ident():x}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
-                os.write(fd, self._key.head_bytes(self._seq, self._mac, self._size))
+                os.write(fd, self._key.head_bytes(seq, mac, size))
                 if sync:
                     self._fsync(fd)
             finally:
@@ -284,6 +393,15 @@ class JournalWriter:
             tmp.replace(head)
         except OSError as exc:
             raise JournalError(f"cannot seal the journal head {head}: {exc.strerror or exc}") from exc
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        assert self._fd is not None
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _sync(self) -> None:
         assert self._fd is not None
@@ -298,9 +416,16 @@ class JournalWriter:
             self._closed = True
             return
         fd = self._fd
+        if self._committer is not None:
+            self._committer.stop()  # finishes what it was asked for first
+            self._committer = None
         try:
             if self._settings.fsync in ("close", "action"):
                 self._sync()
+            if self._key is not None and self._settled < self._appended:
+                with self._locked():
+                    self._write_head(self._seq, self._mac, self._size, sync=self._settings.fsync != "never")
+            self._settled = self._appended
         finally:
             self._fd = None
             self._closed = True
@@ -317,6 +442,97 @@ class JournalWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _Committer:
+    """A writer's commit thread: fsyncs and seals what the event loop appended, then wakes the tasks waiting.
+
+    Requests are merged: the thread always takes the latest snapshot (appended count, seq, mac, size) with the
+    union of what was asked (an fsync owed, a seal), so concurrent commits share one disk wait. Tasks wait on trio
+    events set from the thread through the run's token; nothing here blocks the event loop.
+    """
+
+    def __init__(self, writer: JournalWriter, token: trio.lowlevel.TrioToken) -> None:
+        self.token = token
+        self.synced = 0
+        """Appended lines (counted) that are as durable as the mode promises (read on the trio thread)."""
+        self.sealed = 0
+        """Appended lines (counted) the head reaches."""
+        self.error: JournalError | None = None
+        self._writer = writer
+        self._cond = threading.Condition()
+        self._wanted: tuple[tuple[int, int, str, int], bool, bool] | None = None
+        self._working = False
+        self._stopping = False
+        self._waiters: list[tuple[int, bool, trio.Event]] = []
+        self._thread = threading.Thread(target=self._run, name=f"journal commit {writer.path}", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is pending or on the disk."""
+        with self._cond:
+            return self._working or self._wanted is not None
+
+    def request(self, snapshot: tuple[int, int, str, int], *, sync: bool, seal: bool) -> None:
+        """Ask for ``snapshot`` (appended, seq, mac, size) to be fsynced (if ``sync``) and sealed (if ``seal``)."""
+        with self._cond:
+            if self._wanted is not None:
+                _, was_sync, was_seal = self._wanted
+                sync, seal = sync or was_sync, seal or was_seal
+            self._wanted = (snapshot, sync, seal)
+            self._cond.notify()
+
+    def wait_for(self, target: int, *, seal: bool, event: trio.Event) -> None:
+        """Set ``event`` (on the trio thread) once ``target`` lines are synced (and sealed, with ``seal``)."""
+        self._waiters.append((target, seal, event))
+        self._wake()
+
+    def stop(self) -> None:
+        """Finish what was asked, then end the thread (blocks for at most one fsync and one seal)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        writer = self._writer
+        while True:
+            with self._cond:
+                while self._wanted is None and not self._stopping:
+                    self._cond.wait()
+                if self._wanted is None:
+                    return
+                (appended, seq, mac, size), sync, seal = self._wanted
+                self._wanted = None
+                self._working = True
+            try:
+                if sync:
+                    writer._sync()
+                self.synced = max(self.synced, appended)
+                if seal:
+                    if writer._key is not None:
+                        # Not fsynced: the lines it names are on disk already, so a power cut can only leave an
+                        # older head (reaching fewer lines), which the reader accepts; a disk wait saved.
+                        writer._write_head(seq, mac, size, sync=False)
+                    self.sealed = max(self.sealed, appended)
+            except JournalError as exc:
+                self.error = exc
+            finally:
+                with self._cond:
+                    self._working = False
+            with contextlib.suppress(RuntimeError):  # trio.RunFinishedError: nobody is left to wake
+                self.token.run_sync_soon(self._wake)
+
+    def _wake(self) -> None:
+        """On the trio thread: set the events of the waits that are now satisfied (all of them after an error)."""
+        keep: list[tuple[int, bool, trio.Event]] = []
+        for target, seal, event in self._waiters:
+            if self.error is not None or (self.sealed if seal else self.synced) >= target:
+                event.set()
+            else:
+                keep.append((target, seal, event))
+        self._waiters = keep
 
 
 def _type_of(event: EventBase) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -77,11 +77,17 @@ class Execution:
         cause: Cause | None = None,
         exit_code: int | None = None,
         duration_ms: float | None = None,
+        settle: bool = False,
     ) -> ArtifactRecord:
-        """Close the capture with ``status`` and journal ``ExecutionFinished`` (synchronous: no checkpoint)."""
+        """Close the capture with ``status`` and journal ``ExecutionFinished`` (synchronous: no checkpoint).
+
+        The event is appended; the bracket commits it before the body's result can be returned (``settle``: emit
+        it, durable before this returns, for the abort path that cannot wait).
+        """
         record = self.capture.finish(status=status)
         self.record = record
-        self.journal.emit(
+        write = self.journal.emit if settle else self.journal.append
+        write(
             ExecutionFinished(
                 action_id=self.action_id,
                 cause=cause,
@@ -124,9 +130,9 @@ class Gatekeeper:
     def journal_judgment(
         self, record: JudgmentRecord, request: JudgmentRequest, *, action_id: str | None, artifact_id: str | None
     ) -> None:
-        """Journal one judgment with the material it was asked about."""
+        """Journal one judgment with the material it was asked about (appended: the tool's result commits it)."""
         material = json.loads(json.dumps(request.material, default=str))
-        self.journal.emit(
+        self.journal.append(
             JudgmentEvent(**record.model_dump(), action_id=action_id, artifact_id=artifact_id, material=material)
         )
 
@@ -147,13 +153,17 @@ class Gatekeeper:
         *,
         current_identity: Callable[[], Awaitable[str]],
     ) -> Refusal | None:
-        """Static policy, judgment, approval. None means: run it (approved once if it was asked about)."""
+        """Static policy, judgment, approval. None means: run it (approved once if it was asked about).
+
+        The decision records are appended and committed by what follows: the execution bracket (before the action
+        runs) or the sanitized refusal; an ask is emitted (durable and sealed) before anyone is asked.
+        """
         identity = action.identity()
         journal = self.journal
-        journal.emit(ActionPrepared(action_id=action_id, identity_hash=identity, action=action))
+        journal.append(ActionPrepared(action_id=action_id, identity_hash=identity, action=action))
         outcome: GateOutcome = await self.gate.evaluate(action, session_id=self.session_id)
         verdict = outcome.static_verdict
-        journal.emit(
+        journal.append(
             StaticVerdict(
                 action_id=action_id,
                 policy=self.profile.policy,
@@ -163,11 +173,12 @@ class Gatekeeper:
                 static_only=outcome.static_only,
             )
         )
-        request = self.gate.request_for(action, session_id=self.session_id)
-        for record in outcome.judgments:
-            self.journal_judgment(record, request, action_id=action_id, artifact_id=None)
+        if outcome.judgments:  # a static allow or deny asked no judge: no request to build
+            request = self.gate.request_for(action, session_id=self.session_id)
+            for record in outcome.judgments:
+                self.journal_judgment(record, request, action_id=action_id, artifact_id=None)
         observe = self.profile.gate_mode == "observe"
-        journal.emit(
+        journal.append(
             DecisionEvent(
                 action_id=action_id,
                 decision=outcome.decision,
@@ -210,34 +221,48 @@ class Gatekeeper:
             journal.emit(ApprovalResolved(approval_id=approval_id, outcome=resolution))
         return None
 
-    @contextmanager
-    def execution(
+    @asynccontextmanager
+    async def execution(
         self,
         action_id: str,
         *,
         kind: str,
         streams: tuple[str, ...],
         on_abort: tuple[str, bytes] | None = None,
-    ) -> Iterator[Execution]:
+        commit_at_exit: bool = True,
+    ) -> AsyncIterator[Execution]:
         """The capture/journal bracket of one executed action.
 
-        Begins the action's artifact and journals ``ExecutionStarted``; the body calls :meth:`Execution.finish`.
-        If the body raises (cancellation included) before finishing, the capture is closed as ``cancelled`` (after
-        ``on_abort``'s bytes are fed to its stream), ``ExecutionFinished`` is journaled with cause ``cancelled``,
-        and the error propagates. All of this is synchronous, so cancellation cannot interrupt the bookkeeping.
+        Journals ``ExecutionStarted``, begins the action's artifact while that record's fsync is under way, and
+        waits for the fsync (so under the default ``journal.fsync`` the decision and the start are on disk before
+        the body runs the action); the body calls :meth:`Execution.finish`. On the way out the bracket commits
+        again (the end as durable as the settings promise, the head sealed) unless ``commit_at_exit`` is False:
+        then the caller must commit before it returns the result (a sanitized result does: ``Views.sanitize``
+        commits), and the end's fsync, already started, overlaps the presentation. If the body raises
+        (cancellation included) before finishing, the capture is closed as ``cancelled`` (after ``on_abort``'s
+        bytes are fed to its stream), ``ExecutionFinished`` is emitted with cause ``cancelled`` (synchronously:
+        cancellation cannot interrupt the bookkeeping), and the error propagates.
         """
-        capture = self.artifacts.begin(kind=kind, streams=streams, meta={"action_id": action_id})
-        self.journal.emit(ExecutionStarted(action_id=action_id))
-        execution = Execution(action_id=action_id, capture=capture, journal=self.journal)
+        journal = self.journal
+        journal.append(ExecutionStarted(action_id=action_id))
+        try:
+            capture = self.artifacts.begin(kind=kind, streams=streams, meta={"action_id": action_id})
+        except BaseException:
+            journal.emit(ExecutionFinished(action_id=action_id))  # nothing ran and nothing was captured
+            raise
+        execution = Execution(action_id=action_id, capture=capture, journal=journal)
         mark: AbstractContextManager[object] = UsageMark(self.usage) if self.usage is not None else nullcontext()
         try:
+            await journal.commit(seal=False)  # durable before it runs; the head is sealed before the result
             with mark:
                 yield execution
         except BaseException:
             if execution.record is None:
                 if on_abort is not None:
                     capture.feed(*on_abort)
-                execution.finish(status="cancelled", cause="cancelled")
+                execution.finish(status="cancelled", cause="cancelled", settle=True)
             raise
         if execution.record is None:
             raise AssertionError(f"execution of {action_id} ended without a recorded finish")
+        if commit_at_exit:
+            await journal.commit()

@@ -149,7 +149,7 @@ class Views:
         return self._hints if reader is None else hints_for(reader)
 
     async def sanitize(self, text: str, *, action_id: str | None = None, artifact_id: str | None = None) -> str:
-        """Judge (reflex ``sanitize``) and clean the exact text the model will see."""
+        """Judge (reflex ``sanitize``) and clean the exact text the model will see; commits the journal."""
         request = build_sanitize_request(text, self.session_id)
         record = await self._gatekeeper.run_judgment(request, action_id=action_id, artifact_id=artifact_id)
         if record.error is None:
@@ -160,7 +160,11 @@ class Views:
         else:
             # A failed judgment fails closed: the deterministic detector marks what it can.
             flagged = instruction_lines(text)
-        return sanitize(text, redact_credentials=self._settings.focus.redact_credentials, flagged_lines=flagged).text
+        cleaned = sanitize(text, redact_credentials=self._settings.focus.redact_credentials, flagged_lines=flagged).text
+        # Every tool's result passes here last: what was journaled for it (this judgment included) is committed
+        # before the result can be returned.
+        await self._gatekeeper.journal.commit()
+        return cleaned
 
     def bounded(self, artifact_id: str) -> str:
         """The bounded (head and tail) view of an artifact."""
@@ -212,7 +216,7 @@ class Views:
             if info.bytes_total == 0:
                 continue
             if info.truncated:
-                journal.emit(
+                journal.append(  # committed by the sanitize that follows
                     FocusDecision(artifact_id=artifact_id, stream=stream, mode=mode, status="compute_or_retrieve")
                 )
                 fallback = True
@@ -237,7 +241,7 @@ class Views:
                     status, selected = decision.status, decision.section_ids
                 except (ExecutorError, ValueError):
                     decision = None
-            journal.emit(
+            journal.append(  # committed by the sanitize that follows
                 FocusDecision(
                     artifact_id=artifact_id,
                     stream=stream,

@@ -220,7 +220,10 @@ class Session:
         action_id, gated = await self._gate_run(spec, approval_handler, tool="bash")
         if gated is not None:
             return gated
-        with self._gatekeeper.execution(action_id, kind="bash", streams=("stdout", "stderr")) as execution:
+        # commit_at_exit=False: the sanitized result below commits (Views.sanitize) before it is returned.
+        async with self._gatekeeper.execution(
+            action_id, kind="bash", streams=("stdout", "stderr"), commit_at_exit=False
+        ) as execution:
             try:
                 result = await self._client.run(spec, execution.capture)
             except AgentError as exc:
@@ -332,8 +335,8 @@ class Session:
         outcome: Outcome = "completed"
         data_out: dict[str, object] | None = None
         abort_note = ("output", f"[write to {prepared.path} cancelled before it finished]".encode())
-        with self._gatekeeper.execution(
-            action_id, kind="write_file", streams=("output",), on_abort=abort_note
+        async with self._gatekeeper.execution(  # the sanitized result below commits (Views.sanitize)
+            action_id, kind="write_file", streams=("output",), on_abort=abort_note, commit_at_exit=False
         ) as execution:
             try:
                 result = await self._writer.execute(prepared, data)
@@ -419,7 +422,7 @@ class Session:
             # Too large for one protocol frame: bash reads `exec -- ARGV` from its stdin pipe and replaces itself
             # with the program, so the program still gets exactly this list (the kernel's ARG_MAX still applies).
             spawn, run_spec = None, spec.model_copy(update={"command": "exec -- " + spec.command})
-        with self._gatekeeper.execution(action_id, kind="exec", streams=("stdout", "stderr")) as execution:
+        async with self._gatekeeper.execution(action_id, kind="exec", streams=("stdout", "stderr")) as execution:
             sink = _TeeSink(execution.capture, cap)
             try:
                 result = await self._client.run(run_spec, sink, argv=spawn)
@@ -501,7 +504,7 @@ class Session:
         if gated is not None:
             refusal = ApprovalRequired if gated.outcome == "blocked" else ActionDenied
             raise refusal(f"reading {resolved} was refused by the gate: {gated.text}")
-        with self._gatekeeper.execution(action_id, kind="read_file", streams=("output",)) as execution:
+        async with self._gatekeeper.execution(action_id, kind="read_file", streams=("output",)) as execution:
             try:
                 resolved, data, digest = await self._writer.read(path, max_bytes=cap)
             except WriteError as exc:

@@ -125,3 +125,22 @@ def test_the_index_uses_the_configured_synchronous_level(home: Path, level: str)
     assert load_settings().artifacts.sqlite_synchronous == "normal"
     with pytest.raises(ConfigError, match=r"artifacts\.sqlite_synchronous"):
         load_settings(overrides={"artifacts": {"sqlite_synchronous": "off"}})
+
+
+def test_an_artifact_another_process_evicted_reads_as_evicted_after_it_was_read(home: Path) -> None:
+    """A finished artifact read once (its index rows remembered) and then evicted through another store on the same
+    home (another process) reads as evicted, never as stale or damaged."""
+    with (
+        ArtifactStore.open(home, artifact_settings(session_max_artifacts=1)) as reader_store,
+        ArtifactStore.open(home, artifact_settings(session_max_artifacts=1)) as writer_store,
+    ):
+        session_id = new_session_id()
+        reader, writer = reader_store.session(session_id), writer_store.session(session_id)
+        first = store_bytes(writer, b"first output\n")
+        assert reader.read_output(first).text == "first output\n"
+        assert reader.record(first).status == "ok"
+        store_bytes(writer, b"second output\n")  # evicts the first
+        with pytest.raises(ArtifactEvicted, match=f"artifact {first} was evicted"):
+            reader.record(first)
+        with pytest.raises(ArtifactEvicted, match=f"artifact {first} was evicted"):
+            reader.read_output(first)

@@ -205,3 +205,25 @@ async def test_the_default_policy_asks_for_code_changing_env_at_every_trust(defa
             bash("ls", env={"PATH": "/workspace/bin:/usr/bin"}), session_id="s1"
         )
         assert outcome.decision == "ask", trust
+
+
+async def test_a_remembered_verdict_serves_only_the_identical_action_under_the_same_policy(tmp_path: Path) -> None:
+    """One gate judging `ls` twice, then `ls` with a code-changing env, then under a replaced policy: each verdict is
+    the one that action gets from a fresh gate."""
+    allow_ls = tmp_path / "allow-ls.toml"
+    allow_ls.write_text(
+        '[[command]]\nname="ls"\ndecision="allow"\njustification="j"\nprefix=["ls"]\nexamples.match=["ls"]\n'
+    )
+    deny_ls = tmp_path / "deny-ls.toml"
+    deny_ls.write_text(
+        '[[command]]\nname="no-ls"\ndecision="deny"\njustification="j"\nprefix=["ls"]\nexamples.match=["ls"]\n'
+    )
+    gate = _gate(load_policy(allow_ls))
+    first = await gate.evaluate(bash("ls"), session_id="s1")
+    again = await gate.evaluate(bash("ls"), session_id="s1")
+    assert (first.decision, again.decision, again.static_only) == ("allow", "allow", True)
+    changed = await gate.evaluate(bash("ls", env={"LD_PRELOAD": "/tmp/x.so"}), session_id="s1")
+    assert (changed.decision, changed.static_only) == ("ask", False)
+    gate.policy = load_policy(deny_ls)
+    replaced = await gate.evaluate(bash("ls"), session_id="s1")
+    assert (replaced.decision, [m.rule for m in replaced.static_verdict.matches]) == ("deny", ["no-ls"])

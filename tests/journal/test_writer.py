@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 
 from executor.config import JournalSettings
 from executor.errors import JournalError
+from executor.journal.chain import JournalKey, head_path
 from executor.journal.events import (
     DecisionEvent,
     ExecutionFinished,
@@ -204,3 +206,87 @@ def test_fsync_action_syncs_at_action_boundaries_only(tmp_path: Path) -> None:
         journal.emit(ExecutionFinished(action_id="a1", exit_code=0))
         assert counter.files == 2
     assert counter.files == 3
+
+
+async def test_append_writes_at_once_and_commit_pays_the_owed_fsync_once(tmp_path: Path) -> None:
+    """append() writes the line before it returns; the boundary's fsync and the head seal wait for commit()."""
+    counter = FsyncCounter()
+    path = _journal(tmp_path)
+    key = JournalKey(b"k" * 32)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(), key=key, fsync=counter) as journal:
+        journal.append(prepared("a1", "ls"))
+        journal.append(ExecutionStarted(action_id="a1"))
+        assert path.read_bytes().count(b"\n") == 2  # written: a killed process loses nothing from here on
+        assert counter.files == 0
+        assert not head_path(path).exists()
+        await journal.commit()
+        assert counter.files == 1
+        assert key.read_head(head_path(path).read_bytes()) is not None
+        await journal.commit()  # nothing owed: no disk wait
+        assert counter.files == 1
+    result = read_journal_file(path, settings=JournalSettings(), mode="strict", key=key)
+    assert (result.verification, result.issues) == ("verified", ())
+
+
+async def test_commit_without_seal_syncs_and_leaves_the_head_to_the_next_commit(tmp_path: Path) -> None:
+    """commit(seal=False) fsyncs an owed boundary but leaves the head where it was until a sealing commit."""
+    counter = FsyncCounter()
+    path = _journal(tmp_path)
+    key = JournalKey(b"k" * 32)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(), key=key, fsync=counter) as journal:
+        journal.emit(SessionOpened())
+        sealed = key.read_head(head_path(path).read_bytes())
+        journal.append(ExecutionStarted(action_id="a1"))
+        await journal.commit(seal=False)
+        assert counter.files == 1
+        assert key.read_head(head_path(path).read_bytes()) == sealed
+        journal.append(ExecutionFinished(action_id="a1", exit_code=0, duration_ms=1.0))
+        await journal.commit()
+        assert counter.files == 2
+        head = key.read_head(head_path(path).read_bytes())
+        assert head is not None and head[0] == 3
+    # A lagging head is never reported: only a head ahead of the file is.
+    assert read_journal_file(path, settings=JournalSettings(), mode="strict", key=key).issues == ()
+
+
+async def test_concurrent_commits_share_fsyncs(tmp_path: Path) -> None:
+    """Group commit: 32 tasks that each append a boundary and commit at once need far fewer than 32 fsyncs."""
+    counter = FsyncCounter()
+    path = _journal(tmp_path)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(), fsync=counter) as journal:
+
+        async def one(index: int) -> None:
+            journal.append(ExecutionStarted(action_id=f"a{index}"))
+            await journal.commit()
+
+        async with trio.open_nursery() as nursery:
+            for index in range(32):
+                nursery.start_soon(one, index)
+        # The first task's commit takes the disk alone; the tasks that appended meanwhile share the next few.
+        assert counter.files < 8
+    result = read_journal_file(path, settings=JournalSettings(), mode="strict")
+    assert [event.seq for event in result.events] == list(range(1, 33))
+
+
+async def test_close_seals_what_no_commit_sealed(tmp_path: Path) -> None:
+    """Appended lines that no commit covered are synced and sealed when the writer closes."""
+    counter = FsyncCounter()
+    path = _journal(tmp_path)
+    key = JournalKey(b"k" * 32)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(), key=key, fsync=counter) as journal:
+        journal.append(prepared("a1", "ls"))
+        journal.append(ExecutionStarted(action_id="a1"))
+    assert counter.files == 2  # the journal, then the head sealed over it
+    head = key.read_head(head_path(path).read_bytes())
+    assert head is not None and head[0] == 2
+    assert read_journal_file(path, settings=JournalSettings(), mode="strict", key=key).issues == ()
+
+
+def test_append_under_fsync_always_is_emit(tmp_path: Path) -> None:
+    """Under fsync=always an append is synced before it returns; nothing is left for a commit."""
+    counter = FsyncCounter()
+    settings = JournalSettings.model_validate({"fsync": "always"})
+    with JournalWriter(_journal(tmp_path), session_id=SESSION, settings=settings, fsync=counter) as journal:
+        journal.append(prepared("a1", "ls"))
+        journal.append(SessionClosed())
+        assert counter.files == 2
