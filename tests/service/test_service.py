@@ -24,6 +24,7 @@ from executor.errors import (
     ConfigError,
     ExecutorError,
     ImageNotFound,
+    SandboxLost,
     SessionNotFound,
     TaskNotFound,
 )
@@ -457,22 +458,18 @@ def test_a_slow_client_never_blocks_the_command(shared_service: ServiceProcess) 
 
 
 def test_a_session_removed_behind_the_service_is_let_go(shared_service: ServiceProcess) -> None:
-    """A held session stopped by someone else gives one sandbox_lost result, then "not found"."""
+    """A held named session whose container someone else removed gives one sandbox_lost result, then a clear
+    SandboxLost saying its workspace is kept and how to recreate it."""
     import subprocess
-    import sys
 
     with shared_service.client() as client:
         name = new_name()
         client.create_session(name=name)
         assert client.exec(name, "true").outcome == "completed"
-        subprocess.run(
-            [sys.executable, "-m", "executor.cli", "session", "stop", name],
-            env=shared_service.env,
-            capture_output=True,
-            timeout=120,
-            check=True,
-        )
+        # Behind the service's back: the engine removes the container (the CLI would ask the service itself).
+        session_id = client.session(name).id
+        subprocess.run(["docker", "rm", "-f", f"executor-{session_id}"], capture_output=True, timeout=120, check=True)
         lost = client.exec(name, "true")
         assert lost.outcome == "error" and lost.run is not None and lost.run.cause == "sandbox_lost"
-        with pytest.raises(SessionNotFound):
+        with pytest.raises(SandboxLost, match="workspace is kept"):
             client.exec(name, "true")
