@@ -76,7 +76,7 @@ from executor.cli._common import (
 )
 from executor.cli.shapes import missing_session_message
 from executor.config import Settings
-from executor.errors import SessionNotFound, SessionRejected
+from executor.errors import SessionNotFound
 from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
 from executor.gate.judge import api_key_from
 from executor.ids import is_session_id, validate_session_name
@@ -150,6 +150,8 @@ async def session_scope(ex: ExecutorAPI, where: CliSession) -> AsyncIterator[Ses
         async with ex.open_session(profile=where.profile, image=where.image) as session:
             yield session
         return
+    if not is_session_id(where.session):
+        validate_session_name(where.session)  # a malformed name says so (exit 2), whether or not it would be created
     if where.create:
         progress(f"attaching to session {where.session} (starting it if needed)", json_mode=quiet)
     entered = False
@@ -160,18 +162,10 @@ async def session_scope(ex: ExecutorAPI, where: CliSession) -> AsyncIterator[Ses
             entered = True
             yield session
     except SessionNotFound as exc:
-        if entered or where.create or is_session_id(where.session) or not _plausible_name(where.session):
+        if entered or where.create or is_session_id(where.session):
             raise
         # A mistyped name must not start a container: say how to make one on purpose.
         raise SessionNotFound(missing_session_message(where.session)) from exc
-
-
-def _plausible_name(name: str) -> bool:
-    try:
-        validate_session_name(name)
-    except SessionRejected:
-        return False
-    return True
 
 
 def run_cli(

@@ -53,7 +53,9 @@ def test_policy_test_bad_input_is_exit_2_with_one_line(home: Path, args: tuple[s
 def test_the_ci_profile_runs_a_pipeline_unattended(home: Path) -> None:
     """Under the ci profile a non-interactive exec cleans its own work and refuses what leaves the workspace."""
     with named_session(home) as name:
-        made = cli(home, "exec", "--session", name, "--profile", "ci", "--", "mkdir -p build/x && touch build/x/y")
+        made = cli(
+            home, "exec", "--session", name, "--create", "--profile", "ci", "--", "mkdir -p build/x && touch build/x/y"
+        )
         assert made.code == 0, made.stderr
         cleaned = cli(home, "exec", "--session", name, "--", "rm -rf build")
         assert cleaned.code == 0, cleaned.stdout + cleaned.stderr
@@ -67,6 +69,6 @@ def test_the_ci_profile_runs_a_pipeline_unattended(home: Path) -> None:
         assert data["outcome"] == "denied" and "ci-delete-outside-workspace" in data["text"]
         assert "policy file ci.toml" in data["text"]
     with named_session(home) as plain:
-        asked = cli(home, "exec", "--session", plain, "--json", "--", "git init -q . && git clean -fdx")
+        asked = cli(home, "exec", "--session", plain, "--create", "--json", "--", "git init -q . && git clean -fdx")
         assert asked.code == 75, asked.stdout
         assert "git-discard-local-work" in asked.json()["text"] and "policy file default.toml" in asked.json()["text"]

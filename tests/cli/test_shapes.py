@@ -72,7 +72,7 @@ def test_a_session_has_one_shape_from_any_source() -> None:
 def test_session_table_shows_age_idle_and_owner() -> None:
     """`session ls` as text: a header and one row per session, with age, idle time and owner columns."""
     now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC).timestamp()
-    rows = [
+    rows: list[dict[str, object]] = [
         {
             "id": "s-0123456789ab",
             "name": "ci",

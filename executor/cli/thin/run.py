@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shlex
 import struct
 import sys
@@ -288,6 +289,20 @@ class _Out:
 # Sessions over the service.
 
 
+_SESSION_ID: Final = re.compile(r"s-[0-9a-f]{12}")
+_SESSION_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+def _check_name(value: str) -> None:
+    """A session id or a well-formed name, as ``executor.ids.validate_session_name`` says (a test checks they
+    agree); a malformed one is bad input before any request."""
+    if _SESSION_ID.fullmatch(value) is None and _SESSION_NAME.fullmatch(value) is None:
+        raise Usage(
+            f"session name {value!r} must be 1-63 letters, digits, '_', '.' or '-', start with a letter or digit, "
+            "and not look like a session id"
+        )
+
+
 class _Client:
     """The commands' requests on one connection."""
 
@@ -322,8 +337,7 @@ class _Client:
                 return call(str(view["id"]))
             finally:
                 self.quiet_stop(str(view["id"]))
-        if not name or "/" in name or name in (".", ".."):
-            raise ServiceError(404, "SessionNotFound", f"{name!r} is not a session id or name")
+        _check_name(name)
         try:
             return call(name)
         except ServiceError as exc:
@@ -608,8 +622,7 @@ def _session_ls(client: _Client, parsed: Parsed) -> int:
 
 def _session_stop(client: _Client, parsed: Parsed) -> int:
     name = parsed.positionals[0]
-    if not name or "/" in name or name in (".", ".."):
-        raise ServiceError(404, "SessionNotFound", f"{name!r} is not a session id or name")
+    _check_name(name)
     view = client.session_view(name) or {}
     session_id = str(view.get("id", name))
     client.conn.call("DELETE", f"/v1/sessions/{segment(session_id)}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -37,6 +38,8 @@ __all__ = [
 _CONNECT_TIMEOUT_S: Final = 10.0
 _USAGE_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 409, 413, 422})
 _MAX_HEAD_BYTES: Final = 64 * 1024
+_TOML_MAX_BYTES: Final = 1024 * 1024
+"""At most this much of a settings file is read (``executor.config.TOML_MAX_BYTES``; a test checks they agree)."""
 _SAFE: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
@@ -105,16 +108,36 @@ def default_home(environ: Mapping[str, str]) -> str | None:
 
 
 def _settings_file(config: str | None, environ: Mapping[str, str]) -> dict[str, Any] | None:
-    """The settings file's table, {} without one, None when it cannot be read for sure."""
+    """The settings file's table, {} without one, None when it cannot be read for sure (a device, a FIFO, a huge
+    or malformed file: the in-process path then says what is wrong, as ``executor.config.read_toml`` does)."""
     path = config if config is not None else environ.get("EXECUTOR_CONFIG") or None
     if path is None:
         return {}
     try:
+        # Non-blocking: opening a FIFO must not wait for a writer; anything but a regular file is not read at all.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        parts: list[bytes] = []
+        left = _TOML_MAX_BYTES + 1
+        while left > 0 and (part := os.read(fd, left)):
+            parts.append(part)
+            left -= len(part)
+        raw = b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > _TOML_MAX_BYTES:
+        return None
+    try:
         import tomllib
 
-        with open(path, "rb") as file:
-            return tomllib.load(file)
-    except (OSError, ValueError):
+        return tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
         return None
 
 

@@ -64,6 +64,25 @@ def test_parse_takes_session_commands_and_leaves_the_rest_in_process() -> None:
             parse(argv)
 
 
+@pytest.mark.parametrize("value", ["ci", "a.b-c_d", "s-0123456789ab", "x" * 63, "x" * 64, "-x", "x/../etc", "", "ü"])
+def test_session_names_are_checked_as_the_executor_checks_them(value: str) -> None:
+    """The thin path accepts exactly the ids and names executor.ids accepts."""
+    from executor.cli.thin.run import _check_name
+    from executor.errors import SessionRejected
+    from executor.ids import is_session_id, validate_session_name
+
+    try:
+        expected = is_session_id(value) or bool(validate_session_name(value))
+    except SessionRejected:
+        expected = False
+    try:
+        _check_name(value)
+        accepted = True
+    except Usage:
+        accepted = False
+    assert accepted == expected
+
+
 @pytest.fixture
 def stale_home() -> Iterator[Path]:
     """A home whose service.sock is a leftover nobody listens on (connections are refused)."""

@@ -56,6 +56,25 @@ def test_socket_follows_the_settings_precedence(tmp_path: Path) -> None:
     assert find_service(str(config), {"EXECUTOR_HOME": "/h"}) is None  # in-process reports the bad file
 
 
+def test_a_settings_file_that_is_not_plain_toml_is_left_to_the_in_process_path(tmp_path: Path) -> None:
+    """A device, a FIFO, a huge or too deeply nested file is not read here (never a hang): the in-process path
+    reports it. The read bound is the settings' own."""
+    import executor.cli.thin.transport as transport
+    from executor.config import TOML_MAX_BYTES
+
+    assert transport._TOML_MAX_BYTES == TOML_MAX_BYTES
+    zero = tmp_path / "zero.toml"
+    zero.symlink_to("/dev/zero")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    huge = tmp_path / "huge.toml"
+    huge.write_text("# " + "x" * TOML_MAX_BYTES + "\n")
+    for path in (zero, fifo, deep, huge, tmp_path / "missing.toml"):
+        assert find_service(str(path), {"EXECUTOR_HOME": "/h"}) is None, path
+
+
 def test_executor_url_forms() -> None:
     """http://HOST:PORT and unix:///PATH name a service that must answer; anything else is refused."""
     tcp = find_service(None, {"EXECUTOR_URL": "http://127.0.0.1:8766", "EXECUTOR_TOKEN": "t"})
