@@ -29,6 +29,7 @@ import platformdirs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from executor.durations import parse_idle_limit
 from executor.errors import ConfigError
 
 __all__ = [
@@ -142,40 +143,6 @@ def parse_bytes(value: object) -> int:
         # Exact integer arithmetic: float('1.1') * 1024**4 would be off by a few bytes.
         return int(whole) * scale + (int(fraction) * scale // 10 ** len(fraction) if fraction else 0)
     raise ValueError("a size must be a number of bytes or a string like '512m'")
-
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
-IDLE_LIMIT_MAX_S: Final = 365 * 86_400.0
-"""Longest idle limit a session may have (a year)."""
-
-
-def parse_idle_limit(value: object) -> float | None:
-    """Parse an idle limit: seconds (``3600``, ``"3600"``), a duration with a unit (``"30m"``, ``"2h"``, ``"1d"``,
-    ``"90s"``), or ``"none"`` (no limit, returned as None).
-
-    Raises:
-        ValueError: anything else, or a limit not above 0 or above a year; the message says what is accepted.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError("an idle limit is seconds, a duration like '30m', or 'none'")
-    seconds: float
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        if value.strip().lower() == "none":
-            return None
-        match = _DURATION_RE.match(value)
-        if match is None:
-            raise ValueError(f"{value!r} is not an idle limit; give seconds, a duration like '30m' or '2h', or 'none'")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
-    else:
-        raise ValueError("an idle limit is seconds, a duration like '30m', or 'none'")
-    if not 0 < seconds <= IDLE_LIMIT_MAX_S:
-        raise ValueError(f"an idle limit must be above 0 and at most a year ({IDLE_LIMIT_MAX_S:.0f}s), or 'none'")
-    return seconds
 
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]

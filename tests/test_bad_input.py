@@ -149,7 +149,7 @@ def test_cli_bad_session_names_and_undecodable_text_exit_2(base_image: str, home
         (("exec", "--cwd", "/etc/hostname", "--", "true"), "cwd '/etc/hostname' cannot be entered"),
         (("exec", "--image", "no-such-image", "--", "true"), "no image named 'no-such-image'"),
         (("exec", "--profile", "nope", "--", "true"), "no profile named 'nope'; known profiles: ci, default"),
-        (("exec", "--session", "s-000000000000", "--", "true"), "no session s-000000000000; `executor session ls`"),
+        (("exec", "--session", "s-000000000000", "--", "true"), "no session 's-000000000000'; `executor session ls`"),
         (("bg", "ls", "--session", "s-000000000000"), "no session 's-000000000000'"),
         (("session", "stop", "s-000000000000"), "no session 's-000000000000'; `executor session ls` lists them"),
         (("session", "start", "--image", "no-such-image"), "known image folders: "),

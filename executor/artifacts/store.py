@@ -476,6 +476,29 @@ class SessionArtifacts:
         ).fetchone()
         return None if row is None else _task_record(row)
 
+    @_index_errors
+    def detached_task(self, artifact_id: str) -> str | None:
+        """The task id when ``artifact_id`` is a task's artifact whose mirror was cut short (``detached``: the
+        process that started the task ended first), else None (also for an unknown or malformed id)."""
+        row = self._store._conn.execute(
+            "SELECT kind, status, meta FROM artifacts WHERE session = ? AND id = ?", (self.session_id, artifact_id)
+        ).fetchone()
+        if row is None or row[0] != "task" or row[1] != "detached":
+            return None
+        task_id = json.loads(row[2]).get("task_id")
+        return task_id if isinstance(task_id, str) else None
+
+    @_index_errors
+    def current(self, artifact_id: str) -> str:
+        """The artifact to read for ``artifact_id``: itself, except a detached task artifact (see
+        :meth:`detached_task`) of a task that has since ended and been given its complete artifact, which is then
+        the one returned. So the id ``bg start`` printed leads to the task's whole output."""
+        task_id = self.detached_task(artifact_id)
+        task = None if task_id is None else self.task(task_id)
+        if task is None or not task.finished or task.artifact_id is None:
+            return artifact_id
+        return task.artifact_id
+
     # -- writing -------------------------------------------------------------------------------------------
 
     @_index_errors

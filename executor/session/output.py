@@ -32,6 +32,7 @@ class OutputTools:
         start_byte_in_line: int | None = None,
     ) -> ToolResult:
         """See :meth:`executor.session.Session.read_output`."""
+        artifact_id = self._artifacts.current(artifact_id)
         page = self._artifacts.read_output(
             artifact_id,
             stream=stream,
@@ -59,6 +60,7 @@ class OutputTools:
         start_line: int = 1,
     ) -> ToolResult:
         """See :meth:`executor.session.Session.search_output`."""
+        artifact_id = self._artifacts.current(artifact_id)
         page = await self._artifacts.search_output(
             artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
         )

@@ -191,6 +191,15 @@ class BackgroundTasks:
                 self._mirrors.add(record.task_id)
                 await self._mirror(record.task_id, record.action_id, capture)
 
+    async def settle_for(self, artifact_id: str) -> None:
+        """Before ``artifact_id`` is read: when it is a task's first artifact, cut short because the process that
+        started the task ended (``detached``, as after a CLI's ``bg start``), give the ended task its complete
+        artifact now, so the id ``bg start`` printed leads to the whole output
+        (:meth:`executor.artifacts.SessionArtifacts.current`). Anything else (or an unknown id) is left to the read.
+        """
+        if self._artifacts.current(artifact_id) == artifact_id and self._artifacts.detached_task(artifact_id):
+            await self._settle_tasks()
+
     # -- the task tools ----------------------------------------------------------------------------------------
 
     async def read_task(

@@ -551,6 +551,7 @@ class Session:
             StreamNotFound: the artifact has no such stream.
             OutputRangeError: a range out of bounds.
         """
+        await self._tasks.settle_for(artifact_id)
         return await self._output.read_output(
             artifact_id,
             stream=stream,
@@ -575,8 +576,13 @@ class Session:
             PatternError: the pattern does not compile or is too long.
             PatternTimeout: the pattern ran past ``artifacts.search_timeout_s``.
         """
+        await self._tasks.settle_for(artifact_id)
         return await self._output.search_output(
-            artifact_id, pattern=pattern, stream=stream, limit=limit, start_line=start_line
+            artifact_id,
+            pattern=pattern,
+            stream=stream,
+            limit=limit,
+            start_line=start_line,
         )
 
     # -- background tasks --------------------------------------------------------------------------------------

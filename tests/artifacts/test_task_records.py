@@ -60,3 +60,28 @@ def test_task_records_are_per_session_and_replaceable(home: Path) -> None:
         mine.finish_task("7", artifact_id="s-00000000000a.a1")
         record = mine.task("7")
         assert record is not None and record.finished and record.artifact_id == "s-00000000000a.a1"
+
+
+def test_a_detached_task_artifact_leads_to_the_ended_tasks_complete_artifact(home: Path) -> None:
+    """The artifact a task started with, cut short ("detached") when its starter ended, reads as the complete
+    artifact the task was given once it ended; before that, and for any other artifact, an id is itself."""
+    with ArtifactStore.open(home, load_settings(overrides={"home": str(home)}).artifacts) as store:
+        artifacts = store.session("s-00000000000c")
+        first = artifacts.begin(kind="task", streams=("stdout", "stderr"), meta={"task_id": "t1"})
+        first.finish(status="detached")
+        plain = artifacts.begin(kind="bash", streams=("stdout", "stderr"))
+        plain.feed("stdout", b"x\n")
+        plain.finish(status="ok")
+        artifacts.put_task(TaskRecord(task_id="t1", command="echo hi", artifact_id=first.artifact_id))
+        assert artifacts.detached_task(first.artifact_id) == "t1"
+        assert artifacts.current(first.artifact_id) == first.artifact_id  # the task has not ended yet
+
+        whole = artifacts.begin(kind="task", streams=("stdout", "stderr"), meta={"task_id": "t1"})
+        whole.feed("stdout", b"hi\n")
+        whole.finish(status="ok")
+        artifacts.finish_task("t1", artifact_id=whole.artifact_id)
+        assert artifacts.current(first.artifact_id) == whole.artifact_id
+        assert artifacts.current(whole.artifact_id) == whole.artifact_id
+        assert artifacts.current(plain.artifact_id) == plain.artifact_id
+        assert artifacts.detached_task(plain.artifact_id) is None
+        assert artifacts.current("s-00000000000c.a99") == "s-00000000000c.a99"

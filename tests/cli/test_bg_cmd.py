@@ -62,15 +62,13 @@ def test_background_task_lifecycle(either_home: Path) -> None:
         ended = cli(home, "bg", "ls", "--session", name)
         assert ended.code == 0 and f"{task}" in ended.stdout and "ended" in ended.stdout
 
-        # Over a service (which mirrors the task while it runs) the artifact `bg start` named holds the task's
-        # output; in-process the starting CLI is gone at once, and the ended task's complete artifact is the one
-        # `bg ls` names (made by the next call that attached after it ended).
+        # The artifact `bg start` named leads to the task's output on both paths: over a service, which mirrored
+        # the task while it ran, it is that artifact; in-process the starting CLI was gone at once (its mirror
+        # "detached"), and the id leads to the complete artifact the ended task was given.
         artifact = data["artifact_id"]
         if home.joinpath("service.sock").exists():
             listed_ended = cli(home, "--json", "bg", "ls", "--session", name).json()["tasks"]
             assert [t["artifact_id"] for t in listed_ended] == [artifact]
-        else:
-            artifact = cli(home, "--json", "bg", "ls", "--session", name).json()["tasks"][0]["artifact_id"]
         paged = cli(home, "--json", "output", "read", artifact)
         assert paged.code == 0 and "first\nsecond" in paged.json()["text"], paged.stdout
 

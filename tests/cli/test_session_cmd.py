@@ -34,17 +34,20 @@ SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner"
 
 @pytest.mark.docker
 def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
-    """start prints the session, ls lists it by name (as text: with age, idle time and owner), stop by name removes
-    it, and stop again exits 2; in-process and over a running service alike."""
+    """start prints the session with the idle limit it was given, ls lists it by name (as text: with age, idle time
+    and owner), stop by name removes it, and stop again exits 2; in-process and over a running service alike."""
     home = either_home
     name = "cli-" + os.urandom(4).hex()
-    started = _executor(home, "session", "start", "--name", name)
+    bad_idle = _executor(home, "session", "start", "--name", name, "--idle", "soon")
+    assert bad_idle.returncode == 2 and "'soon' is not an idle limit" in _json(bad_idle)["error"]
+    started = _executor(home, "session", "start", "--name", name, "--idle", "30m")
     assert started.returncode == 0, started.stdout + started.stderr
     assert _json(started)["outcome"] == "completed" and _json(started)["exit_code"] == 0
     session = _json(started)["session"]
     try:
         assert set(session) == SESSION_KEYS
         assert session["name"] == name and session["state"] == "running" and session["profile"] == "default"
+        assert session["idle_limit_s"] == 1800
         journal = home / "sessions" / session["id"] / "journal.ndjson"
         opened = json.loads(journal.read_text(encoding="utf-8").splitlines()[0])
         assert (opened["type"], opened["policy"]) == ("session_opened", "default")

@@ -1,14 +1,15 @@
 """The session commands over the service (see :mod:`executor.cli.thin`): argument parsing, requests, output.
 
-Commands: ``exec``, ``write``, ``session start|ls|stop``, ``output read|search``, ``bg start|read|stop|ls``. Their
+Commands: ``exec``, ``write``, ``cp``, ``session start|ls|stop``, ``output read|search``, ``bg start|read|stop|ls``
+(``bg read --follow`` included). Their
 options, output, JSON shapes (:mod:`executor.cli.shapes`) and exit codes are the in-process commands' own. Whatever
 this module does not handle itself (``--help``, ``--all``, an operator command) returns None: the caller then runs
 the full command line in-process, which is also where its help and its complete error messages live.
 
-Adding a command (``cp``, ``bg read --follow`` run in-process until theirs exist): its options go in :data:`SPECS`,
-its function in ``_COMMANDS`` (it gets the connection and the parsed line and returns the exit status), and its
-JSON shape in :mod:`executor.cli.shapes`, which its typer command uses too. ``parse`` delegates ``--follow`` and
-unknown commands today.
+Adding a command: its options go in :data:`SPECS` (the same options as its typer command: a usage error here, with
+no ``EXECUTOR_URL``, hands the line to the typer command, which reports it or runs it), its function in
+``_COMMANDS`` (it gets the connection and the parsed line and returns the exit status), and its JSON shape in
+:mod:`executor.cli.shapes`, which its typer command uses too. ``parse`` delegates unknown commands.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from executor.cli.thin.transport import (
     open_connection,
     segment,
 )
+from executor.durations import parse_idle_limit
 
 __all__ = ["EXEC_FRAMES", "Usage", "parse", "run_thin"]
 
@@ -98,7 +100,7 @@ SPECS: Final[dict[tuple[str, ...], Spec]] = {
         words=True,
     ),
     ("write",): Spec(values=_SESSION_OPTS | {"--from"}, flags=frozenset({"--create"}), positionals=1),
-    ("session", "start"): Spec(values=frozenset({"--profile", "--image", "--name"})),
+    ("session", "start"): Spec(values=frozenset({"--profile", "--image", "--name", "--idle"})),
     ("session", "ls"): Spec(inprocess=frozenset({"--all"})),
     ("session", "stop"): Spec(positionals=1, inprocess=frozenset({"--all"})),
     ("output", "read"): Spec(
@@ -314,8 +316,11 @@ class _Client:
         view = self.conn.call("GET", f"/v1/sessions/{segment(session)}")
         return view if isinstance(view, dict) else None
 
-    def create(self, *, name: str | None, profile: str | None, image: str | None) -> dict[str, Any]:
-        body = {key: value for key, value in (("name", name), ("profile", profile), ("image", image)) if value}
+    def create(
+        self, *, name: str | None, profile: str | None, image: str | None, idle_s: float | str | None = None
+    ) -> dict[str, Any]:
+        fields = (("name", name), ("profile", profile), ("image", image), ("idle_s", idle_s))
+        body = {key: value for key, value in fields if value is not None}
         view = self.conn.call("POST", "/v1/sessions", body)
         assert isinstance(view, dict)
         return view
@@ -606,9 +611,25 @@ class _Approver:
 # session
 
 
+def _idle_limit(value: str) -> float | str:
+    """``--idle`` as the service takes it (seconds, or ``"none"``); a bad value is a usage error, as in-process."""
+    try:
+        limit = parse_idle_limit(value)
+    except ValueError as exc:
+        raise Usage(f"--idle: {exc}") from None
+    return "none" if limit is None else limit
+
+
 def _session_start(client: _Client, parsed: Parsed) -> int:
+    name = parsed.options.get("--name")
+    idle = parsed.options.get("--idle")
+    if idle is not None and name is None:
+        raise Usage("--idle needs --name: an unnamed session lives only as long as this command")
     view = client.create(
-        name=parsed.options.get("--name"), profile=parsed.options.get("--profile"), image=parsed.options.get("--image")
+        name=name,
+        profile=parsed.options.get("--profile"),
+        image=parsed.options.get("--image"),
+        idle_s=None if idle is None else _idle_limit(idle),
     )
     client.out.emit(shapes.started_json(view), str(view.get("id")))
     return 0
@@ -881,8 +902,11 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
     except Delegate:
         return None
     except Usage as exc:
-        if find_service_quietly(None, env) is None:
-            return None  # the in-process command reports its own usage errors
+        if not env.get("EXECUTOR_URL"):
+            # The in-process command reports its own usage errors (with its help's wording), or runs a line this
+            # parser does not know yet. Only a service named by EXECUTOR_URL (possibly remote, with no engine here)
+            # makes the thin parser the last word.
+            return None
         return _Out("--json" in argv).fail(str(exc), shapes.EXIT_USAGE)
     out = _Out(parsed.json)
     try:

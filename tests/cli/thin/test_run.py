@@ -48,8 +48,6 @@ def test_parse_takes_session_commands_and_leaves_the_rest_in_process() -> None:
         ["exec", "--help"],
         ["--debug", "exec", "--", "true"],
         ["session", "ls", "--all"],
-        ["bg", "read", "t1", "--session", "ci", "--follow"],
-        ["cp", "a", "ci:b"],
         [],
     ):
         with pytest.raises(Delegate):
@@ -101,20 +99,24 @@ def test_a_stale_default_socket_falls_back_to_in_process(stale_home: Path) -> No
 
 
 def test_usage_errors_are_one_json_object_under_json(stale_home: Path) -> None:
-    """On the thin path a usage error is exit 2 with one JSON object on stdout (one line on stderr without --json)."""
-    ran = cli(stale_home, "exec", "--json", "--bogus", "--", "true")
+    """With EXECUTOR_URL the thin parser has the last word: a usage error is exit 2 with one JSON object on stdout
+    (one line on stderr without --json), before any connection. Without it the in-process command reports it."""
+    url = {"EXECUTOR_URL": f"unix://{stale_home / 'service.sock'}"}
+    ran = cli(stale_home, "exec", "--json", "--bogus", "--", "true", env=url)
     assert ran.code == 2 and ran.stderr == ""
     assert ran.json() == {
         "outcome": "error",
         "error": "no such option: --bogus (see `executor exec --help`)",
         "exit_code": 2,
     }
-    text = cli(stale_home, "exec", "--bogus", "--", "true")
+    text = cli(stale_home, "exec", "--bogus", "--", "true", env=url)
     assert (text.code, text.stdout, text.stderr) == (
         2,
         "",
         "error: no such option: --bogus (see `executor exec --help`)\n",
     )
+    in_process = cli(stale_home, "exec", "--json", "--bogus", "--", "true")
+    assert in_process.code == 2 and "No such option: --bogus" in in_process.json()["error"]
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:1", "unix:///nonexistent/executor.sock"])
