@@ -600,8 +600,13 @@ async def test_the_agent_stops_when_it_cannot_restore_its_filesystem_ids(asan_ag
     """A filesystem-id switch that cannot be verified (setfsuid refused) stops the agent, sweeping what ran: exit 4."""
     live = start_agent(asan_agent, preexec_fn=seccomp_deny("setfsuid", "setfsgid"))
     try:
-        # A setsid escapee leaves the run's group, so the agent reads its environ to find the run tag.
-        spec = live.spec("setsid sleep 30 >/dev/null 2>&1 </dev/null & echo started")
+        # A setsid escapee leaves the run's group, so the agent reads its environ to find the run tag. The shell
+        # ends only once the escapee is in its own session (it writes its pid after setsid), so the run cannot end
+        # through the group kill alone.
+        spec = live.spec(
+            "setsid -f sh -c 'echo $$ > escapee.pid; exec sleep 30' >/dev/null 2>&1 </dev/null; "
+            "while [ ! -s escapee.pid ]; do :; done; echo started"
+        )
         lost = False
         try:
             with trio.fail_after(20):
