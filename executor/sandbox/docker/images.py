@@ -450,19 +450,25 @@ async def _build(
             decode=True,
         )
         step: list[str] = []  # the current step's header and its output, for the error message
-        for chunk in stream:
-            if "error" in chunk:
-                detail = str(chunk.get("errorDetail", {}).get("message") or chunk["error"]).strip()
-                raise ImageError(_build_failure(tag, detail, step, log_path))
-            for raw_line in str(chunk.get("stream", "")).splitlines():
-                line = _ANSI_RE.sub("", raw_line).rstrip()  # the builder colours a step's stderr
-                if not line:
-                    continue
-                if log is not None:
-                    log.write(line)
-                step = [line] if _STEP_RE.match(line) else [*step[:1], *step[1:][-(_TAIL_LINES - 1) :], line]
-                if progress is not None:
-                    trio.from_thread.run_sync(progress, line, trio_token=token)
+        try:
+            for chunk in stream:
+                if "error" in chunk:
+                    detail = str(chunk.get("errorDetail", {}).get("message") or chunk["error"]).strip()
+                    raise ImageError(_build_failure(tag, detail, step, log_path))
+                for raw_line in str(chunk.get("stream", "")).splitlines():
+                    line = _ANSI_RE.sub("", raw_line).rstrip()  # the builder colours a step's stderr
+                    if not line:
+                        continue
+                    if log is not None:
+                        log.write(line)
+                    step = [line] if _STEP_RE.match(line) else [*step[:1], *step[1:][-(_TAIL_LINES - 1) :], line]
+                    if progress is not None:
+                        trio.from_thread.run_sync(progress, line, trio_token=token)
+        finally:
+            # Read the stream to its end: a half-read one keeps its engine socket open until garbage collection
+            # (an unclosed-socket warning wherever that happens). A failed build's stream ends right after its error.
+            for _ in stream:
+                pass
 
     # A build can run for minutes in the engine: on a time bound (images.build_timeout_s) or a cancel, the waiting
     # thread is abandoned instead of holding the caller until the engine finishes.
