@@ -40,6 +40,13 @@ import typer
 from typer._click.exceptions import UsageError  # typer's own (vendored) click raises these
 from typer.core import TyperGroup
 
+# The exit codes are defined once, in the standard-library module both CLI paths share; re-exported here.
+from executor.cli.shapes import EXIT_BLOCKED as EXIT_BLOCKED
+from executor.cli.shapes import EXIT_DENIED as EXIT_DENIED
+from executor.cli.shapes import EXIT_FAILURE as EXIT_FAILURE
+from executor.cli.shapes import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from executor.cli.shapes import EXIT_TIMEOUT as EXIT_TIMEOUT
+from executor.cli.shapes import EXIT_USAGE as EXIT_USAGE
 from executor.config import Settings, load_settings
 from executor.errors import (
     ActionDenied,
@@ -62,14 +69,6 @@ from executor.errors import (
     TaskNotFound,
     UnsafeTarget,
 )
-
-EXIT_USAGE: Final = 2
-EXIT_BLOCKED: Final = 75
-EXIT_DENIED: Final = 77
-EXIT_TIMEOUT: Final = 124
-EXIT_FAILURE: Final = 125
-EXIT_INTERRUPTED: Final = 130
-"""Ctrl-C (128 + SIGINT), as shells report it."""
 
 _USAGE_ERRORS: Final = (
     ConfigError,

@@ -75,6 +75,7 @@ from executor.cli._common import (
     state,
 )
 from executor.cli.shapes import missing_session_message
+from executor.cli.streams import read_capped, silence
 from executor.config import Settings
 from executor.errors import SessionNotFound
 from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
@@ -223,10 +224,10 @@ def read_input(source: str, *, option: str, json_mode: bool, limit: int, setting
     """
     try:
         if source == "-":
-            data = _read_capped(sys.stdin.buffer, limit)
+            data = read_capped(sys.stdin.buffer, limit)
         else:
             with Path(source).open("rb") as file:
-                data = _read_capped(file, limit)
+                data = read_capped(file, limit)
     except OSError as exc:
         fail(f"{option} {source}: {exc.strerror or exc}", code=EXIT_USAGE, json_mode=json_mode)
     if len(data) > limit:
@@ -236,19 +237,6 @@ def read_input(source: str, *, option: str, json_mode: bool, limit: int, setting
             json_mode=json_mode,
         )
     return data
-
-
-def _read_capped(file: BinaryIO, limit: int) -> bytes:
-    # One byte past the cap tells "exactly at the cap" from "over it".
-    parts: list[bytes] = []
-    left = limit + 1
-    while left > 0:
-        chunk = file.read(min(left, 1 << 20))
-        if not chunk:
-            break
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
 
 
 class RawTee:
@@ -278,22 +266,12 @@ class RawTee:
                 out.flush()
             except (OSError, ValueError):
                 del self._outs[stream]
-                _silence(out)
+                silence(out)
 
     def get(self, stream: str) -> tuple[bytes, bool]:
         """The kept bytes and whether they are the whole stream."""
         kept = self._kept[stream]
         return bytes(kept), len(kept) == self._total[stream]
-
-
-def _silence(out: BinaryIO) -> None:
-    """Point a stream whose reader is gone at /dev/null, so the interpreter's last flush does not complain."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 def reason_line(result: ToolResult) -> str:

@@ -59,6 +59,7 @@ EXIT_DENIED: Final = 77
 EXIT_TIMEOUT: Final = 124
 EXIT_FAILURE: Final = 125
 EXIT_INTERRUPTED: Final = 130
+"""Ctrl-C (128 + SIGINT), as shells report it."""
 
 SESSION_KEYS: Final = ("id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s")
 """The one shape of a session in every JSON object: null where the path that printed it does not know."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO, Final, NamedTuple
 
 from executor.cli import shapes
+from executor.cli.streams import read_capped, silence
 from executor.cli.thin.transport import (
     Connection,
     Response,
@@ -234,27 +235,15 @@ def _command_text(words: Sequence[str], usage: str) -> str:
 def _read_input(source: str, option: str) -> bytes:
     try:
         if source == "-":
-            data = _read_capped(sys.stdin.buffer)
+            data = read_capped(sys.stdin.buffer, _STDIN_CAP)
         else:
             with open(source, "rb") as file:
-                data = _read_capped(file)
+                data = read_capped(file, _STDIN_CAP)
     except OSError as exc:
         raise Usage(f"{option} {source}: {exc.strerror or exc}") from None
     if len(data) > _STDIN_CAP:
         raise Usage(f"{option} {source}: more than {_STDIN_CAP} bytes; pass a smaller input")
     return data
-
-
-def _read_capped(file: BinaryIO) -> bytes:
-    parts: list[bytes] = []
-    left = _STDIN_CAP + 1
-    while left > 0:
-        chunk = file.read(min(left, 1 << 20))
-        if not chunk:
-            break
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
 
 
 def _interactive(*, stdin_used: bool = False) -> bool:
@@ -421,7 +410,7 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
                     except (OSError, ValueError):
                         # Our reader went away (``| head``): the command and its capture go on; we stop writing.
                         del outs[kind]
-                        _silence(out)
+                        silence(out)
                 continue
             event = json.loads(payload)
             what = event.get("kind")
@@ -440,16 +429,6 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
     finally:
         if streamed.result is None:
             client.conn.close()  # mid-stream: the next request needs a fresh connection
-
-
-def _silence(out: BinaryIO) -> None:
-    """Point a stream whose reader is gone at /dev/null, so the interpreter's last flush does not complain."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 def _reason_line(result: Mapping[str, Any]) -> str:
