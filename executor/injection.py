@@ -23,32 +23,78 @@ __all__ = ["INSTRUCTION_PATTERNS", "UNTRUSTED_MARKER", "flagged_indexes", "reads
 UNTRUSTED_MARKER: Final = "[untrusted tool output] "
 """Prefix the sanitizer puts on a flagged line; it is not part of what the line says."""
 
-INSTRUCTION_PATTERNS: Final[tuple[str, ...]] = (
+_PATTERNS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
+    # (pattern, triggers): every text the pattern matches contains one of its triggers (a test draws matches of
+    # each pattern and checks), so a line holding none of them is not searched at all.
     # Attempts to replace the agent's instructions.
-    r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}?\b(previous|prior|above|earlier|preceding|all|your|"
-    r"the|any|system|safety)\b.{0,20}?\b(instructions?|prompts?|directions|rules|guidelines|messages|context|"
-    r"policy|policies|restrictions)\b",
+    (
+        r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}?\b(previous|prior|above|earlier|preceding|all|your|"
+        r"the|any|system|safety)\b.{0,20}?\b(instructions?|prompts?|directions|rules|guidelines|messages|context|"
+        r"policy|policies|restrictions)\b",
+        ("ignore", "disregard", "forget", "override", "bypass"),
+    ),
     # Role claims and chat-template tokens.
-    r"^\W{0,8}(system|assistant|developer|human)(\s+(prompt|message|note|override))?\s*:",
-    r"<\|?(im_start|im_end|system|endoftext|assistant|user)\|?>|\[/?inst\]|<</?sys>>|</?(system|instructions?)>",
-    r"\byou are now\b|\bfrom now on,? you\b|\bnew (system )?instructions\b|\byour new (task|goal|role)\b",
+    (
+        r"^\W{0,8}(system|assistant|developer|human)(\s+(prompt|message|note|override))?\s*:",
+        ("system", "assistant", "developer", "human"),
+    ),
+    (
+        r"<\|?(im_start|im_end|system|endoftext|assistant|user)\|?>|\[/?inst\]|<</?sys>>|</?(system|instructions?)>",
+        ("im_start", "im_end", "system", "endoftext", "assistant", "user", "inst]", "sys>>", "instruction"),
+    ),
+    (
+        r"\byou are now\b|\bfrom now on,? you\b|\bnew (system )?instructions\b|\byour new (task|goal|role)\b",
+        ("you are now", "from now on", "instructions", "your new"),
+    ),
     # Claims of approval aimed at the gate.
-    r"\bpre-?approved\b|\b(command|action|request)s? (is|are|has been|have been) (approved|authori[sz]ed|safe)\b",
-    r"\b(answer|respond|reply|output|say)\s+(with\s+)?[\"']?allow\b|\bauto-?approve",
+    (
+        r"\bpre-?approved\b|\b(command|action|request)s? (is|are|has been|have been) (approved|authori[sz]ed|safe)\b",
+        ("approved", "authori", "safe"),
+    ),
+    (
+        r"\b(answer|respond|reply|output|say)\s+(with\s+)?[\"']?allow\b|\bauto-?approve",
+        ("allow", "approve"),
+    ),
     # Direct address.
-    r"\b(note|message|attention|instructions?|notice) (to|for) (the |any |all )?(ai|agent|assistant|llm|model)s?\b",
-    r"\b(ai|llm|language model) (agents?|assistants?|models?)\b.{0,30}?\b(must|should|need to|are required to)\b",
-    r"\b(dear|hey|hello) (ai|agent|assistant|claude|chatgpt|gpt|copilot)\b",
+    (
+        r"\b(note|message|attention|instructions?|notice) (to|for) (the |any |all )?(ai|agent|assistant|llm|model)s?\b",
+        ("note", "message", "attention", "instruction", "notice"),
+    ),
+    (
+        r"\b(ai|llm|language model) (agents?|assistants?|models?)\b.{0,30}?\b(must|should|need to|are required to)\b",
+        ("must", "should", "need to", "required to"),
+    ),
+    (
+        r"\b(dear|hey|hello) (ai|agent|assistant|claude|chatgpt|gpt|copilot)\b",
+        ("dear", "hey", "hello"),
+    ),
     # Requests to act.
-    r"\b(now|please|you must|you should|immediately) (run|execute|write|append|send|upload|delete|curl)\b",
-    r"\b(curl|wget)\b[^|]{0,200}\|\s*(sudo\s+)?(ba|z)?sh\b",
-    r"\b(write|append|add)\b.{0,40}?(authorized_keys|\.bashrc|\.ssh/|/etc/sudoers|crontab)",
-    r"\b(do not|don't|never) (tell|inform|mention|show|report)\b.{0,30}?\b(user|human|operator)\b",
+    (
+        r"\b(now|please|you must|you should|immediately) (run|execute|write|append|send|upload|delete|curl)\b",
+        ("now ", "please ", "you must ", "you should ", "immediately "),
+    ),
+    (
+        r"\b(curl|wget)\b[^|]{0,200}\|\s*(sudo\s+)?(ba|z)?sh\b",
+        ("curl", "wget"),
+    ),
+    (
+        r"\b(write|append|add)\b.{0,40}?(authorized_keys|\.bashrc|\.ssh/|/etc/sudoers|crontab)",
+        ("authorized_keys", ".bashrc", ".ssh/", "/etc/sudoers", "crontab"),
+    ),
+    (
+        r"\b(do not|don't|never) (tell|inform|mention|show|report)\b.{0,30}?\b(user|human|operator)\b",
+        ("do not", "don't", "never"),
+    ),
 )
+
+INSTRUCTION_PATTERNS: Final[tuple[str, ...]] = tuple(pattern for pattern, _ in _PATTERNS)
 """Instruction-like phrases, matched on :func:`reads_as` of a line (lowercase). Bounded repeats only (no
 backtracking blow-up on hostile text)."""
 
 _INSTRUCTION: Final = re.compile("|".join(f"(?:{pattern})" for pattern in INSTRUCTION_PATTERNS))
+_TRIGGERS: Final[tuple[str, ...]] = tuple(sorted({trigger for _, triggers in _PATTERNS for trigger in triggers}))
+"""What any match contains: a text without one of these is not searched (substring tests are far cheaper than the
+search, which tries every alternative at every position)."""
 _NOTATION: Final = re.compile(
     r"<U\+[0-9A-F]{4,6}>(?:\{×\d+\})?|\\x[0-9a-f]{2}(?:\{×\d+\})?|\\r(?:\{×\d+\})?|" + re.escape(UNTRUSTED_MARKER)
 )
@@ -78,6 +124,8 @@ def _read(line: str) -> tuple[str, bool]:
 
 
 def _matches(text: str) -> bool:
+    if not any(trigger in text for trigger in _TRIGGERS):
+        return False
     if len(text) <= 2 * _CACHED_LINE_CHARS + 1:  # one short line, or two joined
         return _matches_short(text)
     return _INSTRUCTION.search(text) is not None

@@ -56,7 +56,9 @@ __all__ = [
     "build_sanitize_request",
     "flagged_lines",
     "instruction_lines",
+    "judged_view",
     "sanitize",
+    "sanitize_request_for",
 ]
 
 
@@ -358,7 +360,13 @@ def build_sanitize_request(view_text: str, session_id: str) -> JudgmentRequest:
     control sequence) and cut to 1000 characters; at most 2000 lines, the count of the others in
     ``lines_omitted``.
     """
-    escaped = sanitize(view_text, redact_credentials=True).text.split("\n")
+    return sanitize_request_for(sanitize(view_text, redact_credentials=True), session_id)
+
+
+def sanitize_request_for(redacted: SanitizedView, session_id: str) -> JudgmentRequest:
+    """:func:`build_sanitize_request` from the view already sanitized with credentials redacted (no flagged
+    lines), so that :func:`judged_view` can reuse that pass."""
+    escaped = redacted.text.split("\n")
     material_lines: list[dict[str, Any]] = []
     omitted = 0
     for number, line in enumerate(escaped, start=1):
@@ -374,6 +382,21 @@ def build_sanitize_request(view_text: str, session_id: str) -> JudgmentRequest:
         material={"line_count": len(escaped), "lines": material_lines, "lines_omitted": omitted},
         session_id=session_id,
     )
+
+
+def judged_view(
+    view_text: str, redacted: SanitizedView, *, flagged_lines: Collection[int], redact_credentials: bool
+) -> str:
+    """``sanitize(view_text, redact_credentials=..., flagged_lines=...).text``, reusing ``redacted`` (the pass the
+    request was built from: :func:`sanitize_request_for`) when it is that text already: credentials redacted, and
+    no flagged line that the built-in floor did not mark (the usual answer, so a view is sanitized once).
+
+    Raises:
+        ValueError: a flagged line number is outside the text.
+    """
+    if redact_credentials and set(flagged_lines) <= set(redacted.marked_lines):
+        return redacted.text
+    return sanitize(view_text, redact_credentials=redact_credentials, flagged_lines=flagged_lines).text
 
 
 _LINE_ID = re.compile(r"L([1-9][0-9]{0,8})")

@@ -18,6 +18,7 @@ None to disable it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections import OrderedDict
@@ -34,8 +35,9 @@ from executor.models import Answer, JudgmentRecord, JudgmentRequest, QuestionTab
 __all__ = ["AnswerCache", "CacheEntry", "cache_key", "run_judgment", "table_hash"]
 
 
+@functools.lru_cache(maxsize=64)
 def table_hash(table: QuestionTable) -> str:
-    """Hex SHA-256 of the table's canonical JSON."""
+    """Hex SHA-256 of the table's canonical JSON (remembered: a handful of frozen tables ask every judgment)."""
     return hashlib.sha256(canonical_json(table.model_dump(mode="json"))).hexdigest()
 
 

@@ -199,6 +199,7 @@ class Gate:
         session_id: str,
         material: Mapping[str, object] | None = None,
         trust: int | None = None,
+        identity: str | None = None,
     ) -> GateOutcome:
         """Decide ``action``.
 
@@ -207,6 +208,7 @@ class Gate:
             session_id: the session the judgment is charged to; must be the action's own.
             material: sandbox data for context (recent output, file content), passed as quoted strings.
             trust: overrides ``settings.trust`` for this call (0..3).
+            identity: ``action.identity()`` when the caller has it already (it is not computed again).
 
         Raises:
             ValueError: ``session_id`` is not the action's session, or ``trust`` is out of range.
@@ -216,7 +218,7 @@ class Gate:
         level = self.settings.trust if trust is None else trust
         if level not in (0, 1, 2, 3):
             raise ValueError(f"trust level {level!r} is not one of 0, 1, 2, 3")
-        identity = action.identity()
+        identity = action.identity() if identity is None else identity
         static, env_changes = self._static_verdict(action, identity)
         # The file's name, not its host path: the reasons reach the model; `executor config show` gives the path.
         reasons = [

@@ -201,6 +201,28 @@ def decode_line(raw: bytes, *, max_depth: int) -> dict[str, Any]:
         raise JournalCorrupt(exc.message) from None
 
 
+_LONG_DIGITS = re.compile(rb"[0-9]{640,}")
+"""A run of digits long enough that it may be an integer over the parser's digit limit (4300 by default; Python
+lets it be lowered to 640 at the least)."""
+
+
+def check_dumped_line(raw: bytes, *, max_depth: int) -> None:
+    """Refuse what a reader would refuse in ``raw``, a line pydantic's ``model_dump_json`` wrote for an event.
+
+    Such a line is one UTF-8 JSON object with unique keys, control characters escaped (so no NUL, CR or BOM) and
+    non-finite floats written as ``null``, so of :func:`decode_line`'s checks only two can fail on it: nesting past
+    ``max_depth`` (event material is free-form JSON) and an integer longer than the parser's digit limit. Both are
+    screened by byte counts in C; the whole decode runs only when the screen cannot rule them out (a line with more
+    brackets than ``max_depth``, or a long run of digits), so the writer does not parse every line it writes.
+
+    Raises:
+        JournalCorrupt: a reader would refuse the line.
+    """
+    if raw.count(b"{") + raw.count(b"[") <= max_depth and (len(raw) < 640 or _LONG_DIGITS.search(raw) is None):
+        return
+    decode_line(raw, max_depth=max_depth)
+
+
 def _decode(raw: bytes, max_depth: int) -> dict[str, Any]:
     if raw.startswith(_BOM):
         raise _LineRefused("bom", "starts with a byte-order mark; journals are UTF-8 without BOM")

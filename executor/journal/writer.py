@@ -69,7 +69,7 @@ from executor.journal.events import (
     JournalEvent,
     SessionClosed,
 )
-from executor.journal.reader import decode_line
+from executor.journal.reader import check_dumped_line, decode_line
 
 if TYPE_CHECKING:
     import trio
@@ -129,6 +129,8 @@ class JournalWriter:
         self._sync_owed = False
         """A boundary was appended that no fsync covers yet (and no commit was asked for it)."""
         self._committer: _Committer | None = None
+        self._staged: list[EventBase] = []
+        """Events :meth:`stage` holds for the next write (validated, not yet stamped)."""
 
     @property
     def path(self) -> Path:
@@ -197,6 +199,21 @@ class JournalWriter:
         """
         return self._append(event, settle=True)
 
+    def stage(self, event: EventBase) -> None:
+        """Hold ``event`` for the next :meth:`append`, :meth:`emit`, :meth:`commit` or :meth:`close`, which writes
+        it, stamped in the order staged, in the same locked ``write(2)`` as its own line.
+
+        For records that need not be in the file before the next one is (the steps of a gating decision, which the
+        execution's start or the refusal's judgment follows at once): one lock, one catch-up and one write serve
+        them all. A staged event is in the file only once one of those calls returns; if the process is killed
+        first it is lost with the step it belongs to, which has then not run.
+
+        Raises:
+            JournalError: the writer is not open, or the event is not a journal event of this session.
+        """
+        self._admit(event)
+        self._staged.append(event)
+
     def append(self, event: _E) -> _E:
         """Like :meth:`emit`, but the fsync and the head seal it owes are left to the next :meth:`commit`.
 
@@ -226,6 +243,7 @@ class JournalWriter:
 
         if self._fd is None:
             raise JournalError(f"journal {self._path} is not open; use the writer as a context manager")
+        self.flush()
         target = self._appended
         committer = self._committer
         in_flight = committer is not None and committer.synced < target and committer.busy
@@ -252,7 +270,12 @@ class JournalWriter:
         self._committer.request((self._appended, self._seq, self._mac, self._size), sync=self._sync_owed, seal=seal)
         self._sync_owed = False
 
-    def _append(self, event: _E, *, settle: bool) -> _E:
+    def flush(self) -> None:
+        """Write what :meth:`stage` holds (the fsync and seal it may owe are left to the next commit)."""
+        if self._staged:
+            self._write_events([], settle=self._settings.fsync == "always")
+
+    def _admit(self, event: EventBase) -> None:
         if self._fd is None:
             raise JournalError(f"journal {self._path} is not open; use the writer as a context manager")
         if type(event) not in _EVENT_CLASSES:
@@ -261,35 +284,49 @@ class JournalWriter:
             raise JournalError(
                 f"event for session {event.session_id!r} cannot go into the journal of {self._session_id!r}"
             )
+
+    def _append(self, event: _E, *, settle: bool) -> _E:
+        self._admit(event)
+        stamped = self._write_events([event], settle=settle)
+        return stamped  # type: ignore[return-value]  # the copy of ``event``: the same class
+
+    def _write_events(self, events: list[EventBase], *, settle: bool) -> EventBase | None:
+        """Write the staged events and then ``events``, one line each, in one ``write(2)``; the last one stamped."""
+        assert self._fd is not None
+        batch, self._staged = [*self._staged, *events], []
         # Several processes may append to one session's journal (CLI calls on a named session, an MCP server):
         # everything from "learn what the others wrote" to "seal the head" happens under one exclusive lock.
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             self._catch_up()
-            # The event was validated when it was built (models are frozen); only the two stamps change, both
-            # already of their type, so a copy stands (no dump/validate round trip). What a reader would refuse is
-            # still checked on the exact line below.
-            stamped = event.model_copy(update={"seq": self._seq + 1, "session_id": self._session_id})
-            line = stamped.model_dump_json().encode("utf-8")
-            try:
-                decode_line(line, max_depth=self._settings.max_depth)
-            except JournalCorrupt as exc:
-                raise JournalError(f"{_type_of(stamped)} event would be refused by a reader: {exc}") from exc
-            mac = self._mac
-            if self._key is not None:
-                line, mac = self._key.sign(self._mac, line)
-            if len(line) > self._settings.max_line_bytes:
-                raise JournalError(
-                    f"{_type_of(stamped)} event is {len(line)} bytes, over journal.max_line_bytes "
-                    f"({self._settings.max_line_bytes}); shorten its material or raise the limit"
-                )
-            self._write(line + b"\n")
-            self._seq += 1
-            self._mac = mac
-            self._appended += 1
-            sync = self._settings.fsync == "always" or (
-                self._settings.fsync == "action" and isinstance(stamped, _BOUNDARIES)
-            )
+            seq, mac = self._seq, self._mac
+            lines: list[bytes] = []
+            sync = self._settings.fsync == "always"
+            stamped: EventBase | None = None
+            refused: JournalError | None = None
+            for event in batch:
+                # The event was validated when it was built (models are frozen); only the two stamps change, both
+                # already of their type, so a copy stands (no dump/validate round trip). What a reader would refuse
+                # is still checked on the exact line below.
+                stamped = event.model_copy(update={"seq": seq + 1, "session_id": self._session_id})
+                line = stamped.model_dump_json().encode("utf-8")
+                refused = self._refusal(stamped, line)
+                if refused is not None:
+                    break  # the lines before it are still written; then it is reported
+                if self._key is not None:
+                    line, signed = self._key.sign(mac, line)
+                    if len(line) > self._settings.max_line_bytes:
+                        refused = self._too_long(stamped, line)
+                        break
+                    mac = signed
+                lines.append(line)
+                seq += 1
+                sync = sync or (self._settings.fsync == "action" and isinstance(stamped, _BOUNDARIES))
+            if lines:
+                lines.append(b"")
+                self._write(b"\n".join(lines))
+                self._seq, self._mac = seq, mac
+                self._appended += len(lines) - 1
             if settle:
                 if sync or self._sync_owed:
                     self._sync()
@@ -303,7 +340,25 @@ class JournalWriter:
                     self._request(seal=True)  # start the disk wait now; the caller's commit finds it done or underway
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if refused is not None:
+            raise refused
         return stamped
+
+    def _refusal(self, stamped: EventBase, line: bytes) -> JournalError | None:
+        """Why ``line`` (``stamped``'s unsigned line) cannot be written, if it cannot."""
+        try:
+            check_dumped_line(line, max_depth=self._settings.max_depth)
+        except JournalCorrupt as exc:
+            return JournalError(f"{_type_of(stamped)} event would be refused by a reader: {exc}")
+        if len(line) > self._settings.max_line_bytes:
+            return self._too_long(stamped, line)
+        return None
+
+    def _too_long(self, stamped: EventBase, line: bytes) -> JournalError:
+        return JournalError(
+            f"{_type_of(stamped)} event is {len(line)} bytes, over journal.max_line_bytes "
+            f"({self._settings.max_line_bytes}); shorten its material or raise the limit"
+        )
 
     def _catch_up(self) -> None:
         """Learn the seq and chain position of what other writers appended since our last append (under the lock)."""
@@ -416,6 +471,9 @@ class JournalWriter:
             self._closed = True
             return
         fd = self._fd
+        if self._staged:
+            with contextlib.suppress(JournalError):  # a refused staged line must not keep the file open
+                self.flush()
         if self._committer is not None:
             self._committer.stop()  # finishes what it was asked for first
             self._committer = None

@@ -128,13 +128,24 @@ class Gatekeeper:
         return f"{self.session_id}.x{int(time.time() * 1000):x}{self._action_seq}"
 
     def journal_judgment(
-        self, record: JudgmentRecord, request: JudgmentRequest, *, action_id: str | None, artifact_id: str | None
+        self,
+        record: JudgmentRecord,
+        request: JudgmentRequest,
+        *,
+        action_id: str | None,
+        artifact_id: str | None,
+        staged: bool = False,
     ) -> None:
-        """Journal one judgment with the material it was asked about (appended: the tool's result commits it)."""
+        """Journal one judgment with the material it was asked about (appended, or with ``staged`` staged: the
+        tool's result commits it)."""
         material = json.loads(json.dumps(request.material, default=str))
-        self.journal.append(
-            JudgmentEvent(**record.model_dump(), action_id=action_id, artifact_id=artifact_id, material=material)
-        )
+        # The record's own field values (already validated; no dump and re-validation of its question table).
+        fields = {name: getattr(record, name) for name in JudgmentRecord.model_fields}
+        event = JudgmentEvent(**fields, action_id=action_id, artifact_id=artifact_id, material=material)
+        if staged:
+            self.journal.stage(event)
+        else:
+            self.journal.append(event)
 
     async def run_judgment(
         self, request: JudgmentRequest, *, action_id: str | None = None, artifact_id: str | None = None
@@ -160,10 +171,12 @@ class Gatekeeper:
         """
         identity = action.identity()
         journal = self.journal
-        journal.append(ActionPrepared(action_id=action_id, identity_hash=identity, action=action))
-        outcome: GateOutcome = await self.gate.evaluate(action, session_id=self.session_id)
+        # The steps of the decision are staged: they reach the file together with what follows at once (the
+        # execution's start, the refusal's judgment, the ask), in one write.
+        journal.stage(ActionPrepared(action_id=action_id, identity_hash=identity, action=action))
+        outcome: GateOutcome = await self.gate.evaluate(action, session_id=self.session_id, identity=identity)
         verdict = outcome.static_verdict
-        journal.append(
+        journal.stage(
             StaticVerdict(
                 action_id=action_id,
                 policy=self.profile.policy,
@@ -176,9 +189,9 @@ class Gatekeeper:
         if outcome.judgments:  # a static allow or deny asked no judge: no request to build
             request = self.gate.request_for(action, session_id=self.session_id)
             for record in outcome.judgments:
-                self.journal_judgment(record, request, action_id=action_id, artifact_id=None)
+                self.journal_judgment(record, request, action_id=action_id, artifact_id=None, staged=True)
         observe = self.profile.gate_mode == "observe"
-        journal.append(
+        journal.stage(
             DecisionEvent(
                 action_id=action_id,
                 decision=outcome.decision,

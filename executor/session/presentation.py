@@ -20,13 +20,13 @@ from executor.errors import ExecutorError
 from executor.focus import (
     apply_focus,
     build_focus_request,
-    build_sanitize_request,
     flagged_lines,
     instruction_lines,
     present_focused,
     sanitize,
     split_sections,
 )
+from executor.focus.sanitize import judged_view, sanitize_request_for
 from executor.journal.events import FocusDecision, SectionManifest
 from executor.models import RunResult
 from executor.session.api import FocusMode, Outcome
@@ -150,7 +150,8 @@ class Views:
 
     async def sanitize(self, text: str, *, action_id: str | None = None, artifact_id: str | None = None) -> str:
         """Judge (reflex ``sanitize``) and clean the exact text the model will see; commits the journal."""
-        request = build_sanitize_request(text, self.session_id)
+        redacted = sanitize(text, redact_credentials=True)
+        request = sanitize_request_for(redacted, self.session_id)
         record = await self._gatekeeper.run_judgment(request, action_id=action_id, artifact_id=artifact_id)
         if record.error is None:
             try:
@@ -160,7 +161,9 @@ class Views:
         else:
             # A failed judgment fails closed: the deterministic detector marks what it can.
             flagged = instruction_lines(text)
-        cleaned = sanitize(text, redact_credentials=self._settings.focus.redact_credentials, flagged_lines=flagged).text
+        cleaned = judged_view(
+            text, redacted, flagged_lines=flagged, redact_credentials=self._settings.focus.redact_credentials
+        )
         # Every tool's result passes here last: what was journaled for it (this judgment included) is committed
         # before the result can be returned.
         await self._gatekeeper.journal.commit()
