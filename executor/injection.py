@@ -123,8 +123,12 @@ def _read(line: str) -> tuple[str, bool]:
     return text, _matches(text)
 
 
+def _may_match(text: str) -> bool:
+    return any(trigger in text for trigger in _TRIGGERS)
+
+
 def _matches(text: str) -> bool:
-    if not any(trigger in text for trigger in _TRIGGERS):
+    if not _may_match(text):
         return False
     if len(text) <= 2 * _CACHED_LINE_CHARS + 1:  # one short line, or two joined
         return _matches_short(text)
@@ -144,6 +148,10 @@ def flagged_indexes(escaped_lines: Sequence[str]) -> set[int]:
     """
     read = [(index, *_read(line)) for index, line in enumerate(escaped_lines)]
     read = [entry for entry in read if entry[1]]
+    # Every line and every joined pair below is a substring of the whole joined: without a trigger in it, none
+    # can match (one screen instead of one per line and pair).
+    if not _may_match(" ".join(text for _, text, _ in read)):
+        return set()
     alone = {index for index, _, matched in read if matched}
     flagged = set(alone)
     for (first, first_text, _), (second, second_text, _) in itertools.pairwise(read):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
 import executor.ids as ids
@@ -107,3 +110,23 @@ def test_all_names_exist() -> None:
     """Every name in __all__ is defined and public."""
     for name in ids.__all__:
         assert hasattr(ids, name) and not name.startswith("_")
+
+
+def test_unique_hex_never_repeats_in_a_process_or_across_a_fork() -> None:
+    """Record ids are 32 hex digits, distinct within the process, and a forked child (which copies the parent's
+    state) makes ids the parent never makes."""
+    made = [ids.unique_hex() for _ in range(10_000)]
+    assert len(set(made)) == len(made)
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in made)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next ids and leave at once
+        os.close(read_end)
+        os.write(write_end, " ".join(ids.unique_hex() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as stream:
+        child = stream.read().decode().split()
+    os.waitpid(pid, 0)
+    parent = [ids.unique_hex() for _ in range(100)]
+    assert len(child) == 100 and not set(child) & set(parent) and not set(child) & set(made)

@@ -238,16 +238,27 @@ def instruction_lines(text: str) -> tuple[int, ...]:
 _KEY_WORDS = (
     r"(?:password|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?)"
 )
-_CREDENTIALS: list[tuple[str, re.Pattern[str]]] = [
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AIPA|ANPA|ANVA|AGPA)[A-Z0-9]{16}\b")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{20,255})\b")),
-    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("api_key", re.compile(r"\bsk-(?=[A-Za-z0-9_-]{0,512}\d)[A-Za-z0-9_-]{20,512}")),
-    ("bearer_token", re.compile(r"(?i)\b(?P<keep>bearer[ \t]+)(?!\[REDACTED)[A-Za-z0-9._~+/-]{12,}=*")),
+_CREDENTIALS: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
+    # (kind, pattern, triggers): every text the pattern matches holds one of its triggers (casefolded for the
+    # case-blind patterns), so a text holding none is not searched; a test draws matches of each pattern to check.
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"), ("eyJ",)),
+    (
+        "aws_access_key",
+        re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AIPA|ANPA|ANVA|AGPA)[A-Z0-9]{16}\b"),
+        ("AKIA", "ASIA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA", "AGPA"),
+    ),
+    (
+        "github_token",
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{20,255})\b"),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
+    ("api_key", re.compile(r"\bsk-(?=[A-Za-z0-9_-]{0,512}\d)[A-Za-z0-9_-]{20,512}"), ("sk-",)),
+    ("bearer_token", re.compile(r"(?i)\b(?P<keep>bearer[ \t]+)(?!\[REDACTED)[A-Za-z0-9._~+/-]{12,}=*"), ("bearer",)),
     (
         "url_password",
         re.compile(r"(?i)\b(?P<keep>[a-z][a-z0-9+.-]{0,30}://[^\s:/@]{1,256}:)(?!\[REDACTED)[^\s@/]{1,256}(?=@)"),
+        ("://",),
     ),
     (
         "secret_value",
@@ -255,6 +266,7 @@ _CREDENTIALS: list[tuple[str, re.Pattern[str]]] = [
             r"(?i)(?P<keep>" + _KEY_WORDS + r"(?:[_-][\w-]{0,64})?[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?)"
             r"(?!\[REDACTED)[^\s\"',;]{6,}"
         ),
+        ("password", "secret", "token", "api", "access", "private", "credential"),
     ),
 ]
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
@@ -273,7 +285,14 @@ class _Redactor:
         # No credential pattern crosses a newline, so whole-text substitution keeps lines one for one.
         if "PRIVATE KEY" in text:
             text = "\n".join(self._pem(line) for line in text.split("\n"))
-        for kind, pattern in _CREDENTIALS:
+        # Case-blind patterns are screened on the casefolded text; outside ASCII, where a case-blind match can
+        # fold differently (``ſ`` matches ``s``), every pattern is searched.
+        folded = text.casefold() if text.isascii() else None
+        for kind, pattern, triggers in _CREDENTIALS:
+            if folded is not None:
+                seen = folded if pattern.flags & re.IGNORECASE else text
+                if not any(trigger in seen for trigger in triggers):
+                    continue
             text = pattern.sub(functools.partial(self._hit, kind=kind), text)
         return text
 

@@ -6,7 +6,7 @@ Pure: no IO, no trio. Every event shares an envelope:
 * ``seq``: strictly increasing within one journal; the writer assigns it, whatever the caller passed;
 * ``ts``: wall-clock seconds since the epoch when the event was built;
 * ``session_id``: the owning session; the writer stamps it;
-* ``event_id``: unique within the journal (a fresh random hex id unless the caller gives one);
+* ``event_id``: unique within the journal (a fresh :func:`executor.ids.unique_hex` unless the caller gives one);
 * ``type``: the discriminator naming the event.
 
 The pipeline builds an event without the envelope and hands it to :meth:`JournalWriter.emit`, for example
@@ -19,12 +19,12 @@ replay never has to guess which judgment a decision meant.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
+from executor.ids import unique_hex
 from executor.models import Action, Cause, Decision, JudgmentRecord
 
 __all__ = [
@@ -81,7 +81,7 @@ class _SectionLike(Protocol):
 
 
 def _new_event_id() -> str:
-    return uuid.uuid4().hex
+    return unique_hex()
 
 
 class _Model(BaseModel):
