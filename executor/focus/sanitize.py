@@ -183,8 +183,15 @@ def _escape_char(char: str) -> tuple[str, str]:
 _LINE_END_CR = re.compile(r"\r+(?=\n|\Z)")
 
 
+_ASCII_SPECIAL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+"""What :data:`_SCAN` or :data:`_LINE_END_CR` can find in ASCII text (ESC and CR included): without one of these an
+ASCII text is already escaped, and the scan over its large character class is skipped."""
+
+
 def _escape(text: str, counts: Counter[str]) -> str:
     """Escape a whole text; no pattern crosses a newline, so lines stay one for one."""
+    if text.isascii() and _ASCII_SPECIAL.search(text) is None:
+        return text
     # A CR (or several) right before the newline is a CRLF ending: it overwrites nothing.
     stripped = _LINE_END_CR.sub("", text)
 
@@ -269,6 +276,10 @@ _CREDENTIALS: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
         ("password", "secret", "token", "api", "access", "private", "credential"),
     ),
 ]
+_SCREENED: list[tuple[str, re.Pattern[str], tuple[str, ...], bool]] = [
+    (kind, pattern, triggers, bool(pattern.flags & re.IGNORECASE)) for kind, pattern, triggers in _CREDENTIALS
+]
+""":data:`_CREDENTIALS` with whether each pattern is case-blind (screened on the casefolded text)."""
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_BODY = re.compile(r"^(?P<keep>.{0,16}?)(?:[A-Za-z0-9+/]{8,}={0,2}|(?:Proc-Type|DEK-Info):.*)\s*$")
@@ -288,9 +299,9 @@ class _Redactor:
         # Case-blind patterns are screened on the casefolded text; outside ASCII, where a case-blind match can
         # fold differently (``ſ`` matches ``s``), every pattern is searched.
         folded = text.casefold() if text.isascii() else None
-        for kind, pattern, triggers in _CREDENTIALS:
+        for kind, pattern, triggers, case_blind in _SCREENED:
             if folded is not None:
-                seen = folded if pattern.flags & re.IGNORECASE else text
+                seen = folded if case_blind else text
                 if not any(trigger in seen for trigger in triggers):
                     continue
             text = pattern.sub(functools.partial(self._hit, kind=kind), text)

@@ -201,6 +201,7 @@ def decode_line(raw: bytes, *, max_depth: int) -> dict[str, Any]:
         raise JournalCorrupt(exc.message) from None
 
 
+_DIGITS = tuple(bytes([digit]) for digit in b"0123456789")
 _LONG_DIGITS = re.compile(rb"[0-9]{640,}")
 """A run of digits long enough that it may be an integer over the parser's digit limit (4300 by default; Python
 lets it be lowered to 640 at the least)."""
@@ -218,7 +219,9 @@ def check_dumped_line(raw: bytes, *, max_depth: int) -> None:
     Raises:
         JournalCorrupt: a reader would refuse the line.
     """
-    if raw.count(b"{") + raw.count(b"[") <= max_depth and (len(raw) < 640 or _LONG_DIGITS.search(raw) is None):
+    if raw.count(b"{") + raw.count(b"[") <= max_depth and (
+        len(raw) < 640 or sum(raw.count(digit) for digit in _DIGITS) < 640 or _LONG_DIGITS.search(raw) is None
+    ):
         return
     decode_line(raw, max_depth=max_depth)
 

@@ -174,13 +174,15 @@ class JournalWriter:
             os.close(dir_fd)
 
     def _write(self, data: bytes) -> None:
+        """Append ``data``; under the flock, after :meth:`_catch_up` (so the file was ``_size`` bytes and nobody
+        else writes meanwhile: the new size is counted, not asked for)."""
         assert self._fd is not None
         view = memoryview(data)
         try:
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
-                self._size = os.fstat(self._fd).st_size
+                self._size += written
         except OSError as exc:
             raise JournalError(f"cannot append to journal {self._path}: {exc.strerror or exc}") from exc
 
