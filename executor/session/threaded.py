@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import anyio.to_thread
 import trio
@@ -225,8 +225,10 @@ class ThreadedExecutor:
         image: str | None = None,
         name: str | None = None,
         owner: str | None = None,
+        idle_s: float | Literal["none"] | None = None,
     ) -> ThreadedSession:
-        """Start a session container; :meth:`ThreadedSession.close` removes it.
+        """Start a session container; :meth:`ThreadedSession.close` removes it. ``idle_s`` is a named session's
+        idle limit, as in :meth:`executor.session.Executor.open_session`.
 
         Raises:
             ConfigError, ImageError, AgentError, EngineUnavailable, EngineError: see
@@ -236,7 +238,9 @@ class ThreadedExecutor:
         async def host(task_status: trio.TaskStatus[ThreadedSession]) -> None:
             handle: ThreadedSession | None = None
             try:
-                async with self.executor.open_session(profile=profile, image=image, name=name, owner=owner) as s:
+                async with self.executor.open_session(
+                    profile=profile, image=image, name=name, owner=owner, idle_s=idle_s
+                ) as s:
                     handle = ThreadedSession(self, s)
                     task_status.started(handle)
                     await handle._close_requested.wait()

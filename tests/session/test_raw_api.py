@@ -146,11 +146,11 @@ async def test_harness_mode_journals_but_never_blocks(engine_settings: Settings)
 def test_the_threaded_api_serves_asyncio(engine_settings: Settings) -> None:
     """An asyncio program opens, uses and closes an executor and a session with separate awaits; errors are leaves."""
 
-    async def main() -> tuple[bytes, str]:
+    async def main() -> tuple[bytes, str, float | None]:
         executor = ThreadedExecutor(engine_settings)
         await executor.open()
         try:
-            session = await executor.open_session()
+            session = await executor.open_session(name=f"threaded-{os.getpid()}", idle_s=90)
             try:
                 result = await session.exec(["echo", "from asyncio"])
                 try:
@@ -161,9 +161,9 @@ def test_the_threaded_api_serves_asyncio(engine_settings: Settings) -> None:
                 await session.close()
         finally:
             await executor.close()
-        return result.stdout, error
+        return result.stdout, error, session.session.info.idle_limit_s
 
-    assert asyncio.run(main()) == (b"from asyncio\n", "CommandRejected")
+    assert asyncio.run(main()) == (b"from asyncio\n", "CommandRejected", 90)
 
 
 async def test_bash_streams_stdin_from_a_host_file_bound_to_its_hash(engine_settings: Settings, tmp_path: Path) -> None:
