@@ -314,9 +314,7 @@ class _StreamWriter:
         self.head_cap = cap - cap // 2
         self.ring_cap = cap // 2
         self.part_name = f"{name}.part"
-        self.part = os.path.join(folder, self.part_name)
-        self.final = os.path.join(folder, name)
-        self.idx = os.path.join(folder, f"{name}.idx")
+        self.part = self.final = self.idx = ""  # the paths, set when the file is made
         self._make_folder = make_folder
         self.fd = -1
         self.idx_fd = -1
@@ -346,6 +344,9 @@ class _StreamWriter:
             return
         if self.fd < 0:
             self._make_folder()
+            self.part = os.path.join(self.folder, self.part_name)
+            self.final = os.path.join(self.folder, self.name)
+            self.idx = os.path.join(self.folder, f"{self.name}.idx")
             self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             self.opened = True
         if self.head_len < self.head_cap:

@@ -719,12 +719,14 @@ class SessionArtifacts:
         store._live.pop(artifact_id, None)
         begun = self._begun.pop(artifact_id, None)
         self._evict(reserve_one=False, keep=frozenset({artifact_id}))
-        if begun is not None and updated == 1:
-            # The row as it now is in the index (only this capture changes a live artifact's row), remembered so
-            # that the record and the reads that follow need no query.
-            kind, meta_json, created_at = begun
-            self._remember(artifact_id, (artifact_id, kind, status, meta_json, created_at), states)
-        return self.record(artifact_id)
+        if begun is None or updated != 1:
+            return self.record(artifact_id)  # evicted meanwhile by another process: the index says how
+        # The row as it now is in the index (only this capture changes a live artifact's row), remembered so that
+        # the record and the reads that follow need no query.
+        kind, meta_json, created_at = begun
+        known = self._remember(artifact_id, (artifact_id, kind, status, meta_json, created_at), states)
+        known.record = self._record_of(artifact_id, known.row, states)
+        return known.record
 
     @_index_errors
     def _evict(self, *, reserve_one: bool, keep: frozenset[str]) -> None:
@@ -855,8 +857,14 @@ class SessionArtifacts:
         checked, known, row, states = self._known(artifact_id)
         if known is not None and known.record is not None:
             return known.record  # frozen, and final: the same record every time
-        record = ArtifactRecord(
-            id=checked,
+        record = self._record_of(checked, row, states)
+        if known is not None:
+            known.record = record
+        return record
+
+    def _record_of(self, artifact_id: str, row: Any, states: dict[str, StreamState]) -> ArtifactRecord:
+        return ArtifactRecord(
+            id=artifact_id,
             session=self.session_id,
             kind=row[1],
             status=row[2],
@@ -864,9 +872,6 @@ class SessionArtifacts:
             meta=json.loads(row[3]),
             created_at=float(row[4]),
         )
-        if known is not None:
-            known.record = record
-        return record
 
     @_index_errors
     def artifacts(self) -> list[ArtifactRecord]:
