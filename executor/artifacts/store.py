@@ -363,8 +363,14 @@ class ArtifactStore:
     def _owner_token(self) -> str:
         """This store's owner token, its owner file made and locked on the first capture."""
         if self._owner is None:
-            os.makedirs(self._owners, mode=0o700, exist_ok=True)
-            self._owner = claim_owner(self._owners, self.settings.capture_max_bytes)
+            try:
+                os.makedirs(self._owners, mode=0o700, exist_ok=True)
+                self._owner = claim_owner(self._owners, self.settings.capture_max_bytes)
+            except OSError as exc:
+                raise ArtifactError(
+                    f"{self._owners}: cannot make this process's owner file ({exc.strerror or exc}); free space "
+                    "under the executor's home (or fix its permissions) and retry"
+                ) from exc
         return self._owner[0]
 
     @_index_errors

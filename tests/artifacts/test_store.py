@@ -13,7 +13,14 @@ import pytest
 
 from executor.artifacts import ArtifactStore
 from executor.config import load_settings
-from executor.errors import ArtifactEvicted, ArtifactNotFound, ConfigError, SessionNotFound, StreamNotFound
+from executor.errors import (
+    ArtifactError,
+    ArtifactEvicted,
+    ArtifactNotFound,
+    ConfigError,
+    SessionNotFound,
+    StreamNotFound,
+)
 from executor.ids import new_session_id
 from executor.testing.artifacts import artifact_settings, store_bytes
 
@@ -236,3 +243,13 @@ def test_a_store_holds_one_owner_file_while_it_captures(home: Path) -> None:
         second.finish(status="ok")
         assert list(owners.iterdir()) == [owner]
     assert list(owners.iterdir()) == []
+
+
+def test_a_home_where_no_owner_file_can_be_made_refuses_captures_with_an_artifact_error(home: Path) -> None:
+    """When the owner file cannot be made, begin raises ArtifactError naming the folder, and no artifact exists."""
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        session = store.session(new_session_id())
+        (home / "owners").write_text("not a folder")
+        with pytest.raises(ArtifactError, match=r"owners: cannot make this process's owner file"):
+            session.begin(kind="bash", streams=("stdout",))
+        assert session.artifacts() == []
