@@ -7,13 +7,17 @@ last newline's position, so the tail keeps its true line numbers). Memory never 
 
 At finish the ring is rotated into place as ``<stream>`` (a plain copy; never more than the cap), the sparse line
 index ``<stream>.idx`` is completed, and the index row is updated. :class:`StreamState` is what the index row
-keeps; :func:`layout_of` turns it into a :class:`~executor.artifacts.paging.Layout`.
+keeps; :func:`layout_of` turns it into a :class:`~executor.artifacts.paging.Layout`. Files are made lazily: a
+stream's ``.part`` on its first byte, its ``.idx`` on its first checkpoint (streams shorter than
+:data:`~executor.artifacts.paging.CHECKPOINT_INTERVAL` never have one), the artifact folder with the first file. A
+stream that stays empty therefore has no file; its index row (0 bytes stored) is all a reader needs.
 
-While a capture runs, its process holds an exclusive ``flock`` on ``<artifact folder>/owner`` (which also records
-its pid and the cap). The kernel drops that lock when the process ends, however it ends (``kill -9`` included), so
-"the owner is gone" is decidable without trusting pids: :func:`owner_gone` takes the lock without waiting.
+While a store has captures, its process holds an exclusive ``flock`` on an owner file
+``$EXECUTOR_HOME/owners/<token>`` (which records its pid and the cap), and each ``running`` artifact names that
+token in its index row. The kernel drops the lock when the process ends, however it ends (``kill -9`` included),
+so "the owner is gone" is decidable without trusting pids: :func:`owner_gone` takes the lock without waiting.
 :func:`recover_stream` then rebuilds a stream's state from what is on disk, for an artifact finished as
-``interrupted``.
+``interrupted``. (Artifacts begun before owner tokens existed hold ``<artifact folder>/owner`` instead.)
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import contextlib
 import fcntl
 import json
 import os
+import re
+import secrets
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +41,8 @@ from executor.artifacts.paging import CheckpointTracker, Layout, Segment
 from executor.errors import ArtifactError, StreamNotFound
 
 __all__ = [
+    "OWNER_FILE",
+    "OWNER_TOKEN_RE",
     "Capture",
     "CaptureTee",
     "StreamState",
@@ -51,7 +59,8 @@ __all__ = [
 
 _CP = struct.Struct("<QQ")
 _COPY_CHUNK = 1024 * 1024
-_OWNER = "owner"
+OWNER_FILE = "owner"
+"""The owner file inside an artifact folder, as captures before process owner files made them."""
 
 
 CaptureTee = Callable[[str, bytes], None]
@@ -170,36 +179,52 @@ def stream_info(name: str, state: StreamState) -> StreamInfo:
     )
 
 
-def read_checkpoints(path: Path) -> tuple[tuple[int, int], ...]:
-    """The checkpoints of a ``.idx`` file (a trailing partial record, from a concurrent append, is ignored)."""
+def read_checkpoints(path: Path | str) -> tuple[tuple[int, int], ...]:
+    """The checkpoints of a ``.idx`` file (a trailing partial record, from a concurrent append, is ignored; a
+    missing file, as a short stream has, holds none)."""
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as stream:
+            raw = stream.read()
     except FileNotFoundError:
         return ()
     usable = len(raw) - len(raw) % _CP.size
     return tuple(_CP.iter_unpack(raw[:usable]))
 
 
-def claim_owner(folder: Path, cap: int) -> int:
-    """Create ``folder/owner`` and hold its lock for the life of this process's capture; returns the descriptor."""
-    fd = os.open(folder / _OWNER, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+OWNER_TOKEN_RE = re.compile(r"[0-9]{1,10}-[0-9a-f]{12}")
+"""The shape of an owner token (``<pid>-<12 hex digits>``), checked before a path is derived from one."""
+
+
+def claim_owner(owners: Path | str, cap: int) -> tuple[str, int]:
+    """Create an owner file in ``owners`` and hold its lock for the life of this store; returns (token, descriptor).
+
+    The file is made and locked under a temporary name and only then renamed to its token, so a process sweeping
+    ``owners`` never finds an unlocked owner file of a live process.
+    """
+    token = f"{os.getpid()}-{secrets.token_hex(6)}"
+    final = os.path.join(owners, token)
+    tmp = os.path.join(owners, f".{token}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, json.dumps({"pid": os.getpid(), "cap": cap}).encode("ascii"))
+        os.rename(tmp, final)
     except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
-    return fd
+    return token, fd
 
 
-def owner_gone(folder: Path) -> tuple[int, dict[str, int]] | None:
-    """If the process that captured into ``folder`` is gone, hold its lock and return (descriptor, owner record).
+def owner_gone(path: Path | str) -> tuple[int, dict[str, int]] | None:
+    """If the process that holds the owner file ``path`` is gone, hold its lock and return (descriptor, record).
 
-    None: a live process still holds the lock. A missing owner file (a capture begun before owner files existed)
-    counts as gone. The caller releases with :func:`release_owner`.
+    None: a live process still holds the lock. A missing owner file (a capture begun before owner files existed,
+    or an owner already recovered and removed) counts as gone. The caller releases with :func:`release_owner`.
     """
     try:
-        fd = os.open(folder / _OWNER, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
         return -1, {}
     try:
@@ -215,23 +240,23 @@ def owner_gone(folder: Path) -> tuple[int, dict[str, int]] | None:
     return fd, record
 
 
-def release_owner(folder: Path, fd: int) -> None:
-    """Remove ``folder/owner`` and drop its lock (the capture is finished, or recovered)."""
+def release_owner(path: Path | str, fd: int) -> None:
+    """Remove the owner file ``path`` and drop its lock (its captures are finished, or recovered)."""
     with contextlib.suppress(FileNotFoundError):
-        (folder / _OWNER).unlink()
+        os.unlink(path)
     if fd >= 0:
         os.close(fd)
 
 
-def recover_stream(folder: Path, name: str, published: StreamState, cap: int) -> StreamState:
+def recover_stream(folder: Path | str, name: str, published: StreamState, cap: int) -> StreamState:
     """The state of a stream whose capture ended without finishing, rebuilt from the bytes on disk.
 
     A stream that never reached its cap is linear on disk and is recovered exactly (every byte written before the
     end, lines counted from the file). One that reached its cap keeps its head exactly and its tail as of the last
     published state (bytes written after that publish may show in the tail ring, mixed with older ones).
     """
-    final = folder / name
-    part = folder / f"{name}.part"
+    final = Path(folder, name)
+    part = Path(folder, f"{name}.part")
     if not part.exists() and final.exists():
         return published.model_copy(update={"file": name, "growing": False})  # finished on disk, not in the index
     if not part.exists():
@@ -281,14 +306,20 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 
 class _StreamWriter:
-    def __init__(self, folder: Path, name: str, cap: int) -> None:
+    """One stream's files, made on its first byte: a stream that never receives one has no file at all."""
+
+    def __init__(self, folder: str, name: str, cap: int, make_folder: Callable[[], None]) -> None:
         self.folder = folder
         self.name = name
         self.head_cap = cap - cap // 2
         self.ring_cap = cap // 2
-        self.part = folder / f"{name}.part"
-        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        self.idx_fd = os.open(folder / f"{name}.idx", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.part_name = f"{name}.part"
+        self.part = self.final = self.idx = ""  # the paths, set when the file is made
+        self._make_folder = make_folder
+        self.fd = -1
+        self.idx_fd = -1
+        self.opened = False
+        """The stream's file was made (it received a byte)."""
         self.tracker = CheckpointTracker(base=0, first_line=1)
         self.head_len = 0
         self.ring_len = 0
@@ -311,6 +342,13 @@ class _StreamWriter:
         # describes exactly the bytes on disk.
         if not data:
             return
+        if self.fd < 0:
+            self._make_folder()
+            self.part = os.path.join(self.folder, self.part_name)
+            self.final = os.path.join(self.folder, self.name)
+            self.idx = os.path.join(self.folder, f"{self.name}.idx")
+            self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            self.opened = True
         if self.head_len < self.head_cap:
             take = min(len(data), self.head_cap - self.head_len)
             part = data[:take]
@@ -340,13 +378,16 @@ class _StreamWriter:
             self.tracker.found.clear()
             if not self.idx_broken:
                 try:
+                    if self.idx_fd < 0:  # made with the first checkpoint: a short stream has no line index
+                        self.idx_fd = os.open(self.idx, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
                     os.write(self.idx_fd, records)
                 except OSError:
                     # Checkpoints only speed up seeks; after a failed (full disk) or short write, keep the whole
                     # records and add none, so the index never holds a misaligned one.
                     self.idx_broken = True
-                    size = os.fstat(self.idx_fd).st_size
-                    os.ftruncate(self.idx_fd, size - size % _CP.size)
+                    if self.idx_fd >= 0:
+                        size = os.fstat(self.idx_fd).st_size
+                        os.ftruncate(self.idx_fd, size - size % _CP.size)
 
     def _ring(self, data: bytes) -> bytes:
         base = self.head_cap
@@ -393,7 +434,7 @@ class _StreamWriter:
 
     def state(self, *, growing: bool, rotated: bool = False, file: str | None = None) -> StreamState:
         return StreamState(
-            file=file or self.part.name,
+            file=file or self.part_name,
             head_len=self.head_len,
             ring_cap=self.ring_cap,
             ring_len=self.ring_len,
@@ -412,17 +453,24 @@ class _StreamWriter:
             growing=growing,
         )
 
+    def _close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        if self.idx_fd >= 0:
+            os.close(self.idx_fd)
+        self.fd = self.idx_fd = -1
+        self.closed = True
+
     def finish(self) -> StreamState:
         """Lay the stream out linearly as ``<name>`` and complete its index."""
-        final = self.folder / self.name
         if not self.wrapped:
-            os.close(self.fd)
-            os.close(self.idx_fd)
-            self.closed = True
-            self.part.replace(final)
+            self._close()
+            if self.opened:
+                os.replace(self.part, self.final)
             return self.state(growing=False, file=self.name)
-        tmp = self.folder / f"{self.name}.tmp"
-        idx_tmp = self.folder / f"{self.name}.idx.tmp"
+        final = self.final
+        tmp = os.path.join(self.folder, f"{self.name}.tmp")
+        idx_tmp = f"{self.idx}.tmp"
         try:
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
@@ -434,22 +482,20 @@ class _StreamWriter:
                 self._copy(out, base, base + self.ring_w, tracker)
             finally:
                 os.close(out)
-            head_cps = [cp for cp in read_checkpoints(self.folder / f"{self.name}.idx") if cp[0] < self.head_len]
-            idx_tmp.write_bytes(b"".join(_CP.pack(*cp) for cp in [*head_cps, *tracker.found]))
+            head_cps = [cp for cp in read_checkpoints(self.idx) if cp[0] < self.head_len]
+            with open(idx_tmp, "wb") as out_idx:
+                out_idx.write(b"".join(_CP.pack(*cp) for cp in [*head_cps, *tracker.found]))
         except OSError:
             # No room to lay the stream out linearly (a full disk): keep the ring file as it is, with every byte
             # it holds; readers map a wrapped ring to its logical order, so the output stays readable.
-            tmp.unlink(missing_ok=True)
-            idx_tmp.unlink(missing_ok=True)
-            os.close(self.fd)
-            os.close(self.idx_fd)
-            self.closed = True
+            for path in (tmp, idx_tmp):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            self._close()
             return self.state(growing=False)
-        idx_tmp.replace(self.folder / f"{self.name}.idx")
-        tmp.replace(final)
-        os.close(self.fd)
-        os.close(self.idx_fd)
-        self.closed = True
+        os.replace(idx_tmp, self.idx)
+        os.replace(tmp, final)
+        self._close()
         return self.state(growing=False, rotated=True, file=self.name)
 
     def _copy(self, out: int, start: int, end: int, tracker: CheckpointTracker | None) -> None:
@@ -465,10 +511,10 @@ class _StreamWriter:
 
     def discard_part(self) -> None:
         if not self.closed:
-            os.close(self.fd)
-            os.close(self.idx_fd)
-            self.closed = True
-        self.part.unlink(missing_ok=True)
+            self._close()
+        if self.opened:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.part)
 
 
 class Capture:
@@ -477,35 +523,36 @@ class Capture:
     Made by ``SessionArtifacts.begin``; finish it exactly once with :meth:`finish`. Until then the artifact reads
     as ``growing``: :meth:`flush` publishes what arrived so far (``read_output``/``search_output`` in the same
     process flush a live capture themselves). Used as a context manager, an exception finishes it as ``error``.
+
+    Nothing is made on disk until a stream's first byte: the artifact folder and a stream's file appear then, so a
+    stream that stays empty has no file (its index row alone describes it), and neither has an artifact whose
+    streams all stay empty.
     """
 
     def __init__(
         self,
         *,
         artifact_id: str,
-        folder: Path,
+        folder: Path | str,
         streams: tuple[str, ...],
         cap: int,
         publish: Callable[[str, dict[str, StreamState], str | None], ArtifactRecord | None],
-        owner_fd: int = -1,
         tees: tuple[CaptureTee, ...] = (),
     ) -> None:
         self.artifact_id = artifact_id
         """The artifact this capture fills."""
         self._publish = publish
-        self._folder = folder
-        self._owner_fd = owner_fd
+        self._folder = os.fspath(folder)
+        self._folder_made = False
         self._tees = tees
-        self._writers: dict[str, _StreamWriter] = {}
-        try:
-            for name in streams:
-                self._writers[name] = _StreamWriter(folder, name, cap)
-        except BaseException:
-            for writer in self._writers.values():
-                writer.discard_part()
-            raise
+        self._writers = {name: _StreamWriter(self._folder, name, cap, self._make_folder) for name in streams}
         self._finished: ArtifactRecord | None = None
         self._dirty = True
+
+    def _make_folder(self) -> None:
+        if not self._folder_made:
+            os.makedirs(self._folder, mode=0o700, exist_ok=True)
+            self._folder_made = True
 
     def feed(self, stream: str, data: bytes) -> None:
         """Append ``data`` to ``stream``; written to disk at once, never held.
@@ -555,19 +602,19 @@ class Capture:
             # The index could not record the finish (a full disk): put each linear file back where the index still
             # points, so its bytes stay with the unfinished artifact for whoever finalises it later.
             for name, writer in self._writers.items():
-                if not writer.wrapped and states[name].file != writer.part.name:
+                if writer.opened and not writer.wrapped and states[name].file != writer.part_name:
                     with contextlib.suppress(OSError):
-                        (writer.folder / states[name].file).replace(writer.part)
+                        os.replace(os.path.join(writer.folder, states[name].file), writer.part)
             raise
         if record is None:
             raise ArtifactError(f"artifact {self.artifact_id}: the index did not record the finish")
         self._finished = record
         for name, writer in self._writers.items():
-            if states[name].file != writer.part.name:  # a ring kept in place (full disk) is the stream itself
-                writer.part.unlink(missing_ok=True)
-        if self._owner_fd >= 0:
-            release_owner(self._folder, self._owner_fd)
-            self._owner_fd = -1
+            # A rotated ring leaves its ring file behind; one kept in place (full disk) is the stream itself, and a
+            # linear stream's file was renamed.
+            if writer.wrapped and states[name].file != writer.part_name:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(writer.part)
         return self._finished
 
     @property

@@ -5,6 +5,10 @@ Layout::
     $EXECUTOR_HOME/artifacts.sqlite3                       index: sessions, artifacts, streams, tombstones, tasks
     $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>        the kept bytes
     $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>.idx    sparse line index
+    $EXECUTOR_HOME/owners/<token>                          held (flock) by each process while it has captures
+
+Files are made on a stream's first byte (see :mod:`executor.artifacts.capture`): an artifact whose streams stayed
+empty has no folder, and every reader takes a stream of 0 stored bytes from its index row alone.
 
 Ids are made here: a session id is ``s-`` plus 12 lowercase hex digits, an artifact id is
 ``<session-id>.a<N>``. Every read checks the id's shape and that it belongs to the calling session *before*
@@ -18,6 +22,7 @@ Everything here is synchronous file and SQLite IO on the caller's thread, except
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -36,6 +41,8 @@ from pydantic import ValidationError
 
 from executor.artifacts import search as _search
 from executor.artifacts.capture import (
+    OWNER_FILE,
+    OWNER_TOKEN_RE,
     Capture,
     StreamState,
     claim_owner,
@@ -48,7 +55,7 @@ from executor.artifacts.capture import (
     tees_for,
 )
 from executor.artifacts.models import ArtifactRecord, ReadPage, SearchPage, TaskRecord
-from executor.artifacts.paging import Layout, read_page
+from executor.artifacts.paging import CHECKPOINT_INTERVAL, Layout, read_page
 from executor.config import ArtifactSettings
 from executor.errors import (
     ArtifactError,
@@ -71,7 +78,9 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
     created_at REAL NOT NULL,
-    next_seq INTEGER NOT NULL DEFAULT 1
+    next_seq INTEGER NOT NULL DEFAULT 1,
+    artifact_count INTEGER NOT NULL DEFAULT 0,
+    bytes_total INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS artifacts (
     id TEXT PRIMARY KEY,
@@ -81,7 +90,8 @@ CREATE TABLE IF NOT EXISTS artifacts (
     status TEXT NOT NULL,
     meta TEXT NOT NULL,
     created_at REAL NOT NULL,
-    bytes_stored INTEGER NOT NULL DEFAULT 0
+    bytes_stored INTEGER NOT NULL DEFAULT 0,
+    owner TEXT
 );
 CREATE INDEX IF NOT EXISTS artifacts_by_session ON artifacts(session, seq);
 CREATE TABLE IF NOT EXISTS streams (
@@ -108,6 +118,52 @@ CREATE TABLE IF NOT EXISTS tasks (
     PRIMARY KEY (session, task_id)
 );
 """
+
+_TOTALS = """
+CREATE TRIGGER IF NOT EXISTS artifacts_totals_insert AFTER INSERT ON artifacts BEGIN
+    UPDATE sessions SET artifact_count = artifact_count + 1, bytes_total = bytes_total + NEW.bytes_stored
+    WHERE id = NEW.session;
+END;
+CREATE TRIGGER IF NOT EXISTS artifacts_totals_delete AFTER DELETE ON artifacts BEGIN
+    UPDATE sessions SET artifact_count = artifact_count - 1, bytes_total = bytes_total - OLD.bytes_stored
+    WHERE id = OLD.session;
+END;
+CREATE TRIGGER IF NOT EXISTS artifacts_totals_update AFTER UPDATE OF bytes_stored ON artifacts
+WHEN NEW.bytes_stored != OLD.bytes_stored BEGIN
+    UPDATE sessions SET bytes_total = bytes_total + NEW.bytes_stored - OLD.bytes_stored WHERE id = NEW.session;
+END;
+"""
+"""A session's artifact count and stored bytes, kept by the index itself (for every writer, in the same
+transaction as the change), so checking the retention budgets is one row read instead of a scan."""
+_TRIGGERS = ("artifacts_totals_insert", "artifacts_totals_delete", "artifacts_totals_update")
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring an index made by an earlier version up to the current schema (in one transaction, once)."""
+    present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    if present.issuperset(_TRIGGERS):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        if not present.issuperset(_TRIGGERS):
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+            for column in ("artifact_count", "bytes_total"):
+                if column not in columns:
+                    conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+            if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(artifacts)")}:
+                conn.execute("ALTER TABLE artifacts ADD COLUMN owner TEXT")
+            # Counted under the same write lock that installs the triggers: no change can fall between the two.
+            conn.execute(
+                "UPDATE sessions SET artifact_count = (SELECT count(*) FROM artifacts WHERE session = sessions.id), "
+                "bytes_total = (SELECT coalesce(sum(bytes_stored), 0) FROM artifacts WHERE session = sessions.id)"
+            )
+            for statement in _TOTALS.split("END;")[:-1]:
+                conn.execute(statement + "END;")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 _FINISHED_MEMO_ENTRIES = 16
@@ -144,6 +200,30 @@ def _index_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
 def _parse_state(raw: str) -> StreamState:
     """A stream's index row, parsed once per distinct row (the model is frozen, so sharing it is safe)."""
     return StreamState.model_validate_json(raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _initial_state(name: str) -> str:
+    """The index row of a stream as a capture begins it (nothing stored, no file yet)."""
+    return StreamState(file=f"{name}.part").model_dump_json()
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_streams(count: int) -> str:
+    """One statement inserting ``count`` stream rows."""
+    return "INSERT INTO streams (artifact, position, name, state) VALUES " + ",".join(["(?,?,?,?)"] * count)
+
+
+class _Known:
+    """A remembered finished artifact: its index row, stream states and (once built) record."""
+
+    __slots__ = ("files", "record", "row", "states")
+
+    def __init__(self, row: Any, states: dict[str, StreamState]) -> None:
+        self.row = row
+        self.states = states
+        self.files = any(state.head_len + state.ring_len for state in states.values())
+        self.record: ArtifactRecord | None = None
 
 
 def _damaged(artifact_id: str, stream: str, what: str) -> ArtifactError:
@@ -227,7 +307,10 @@ class ArtifactStore:
         self._clock = clock
         self._live: dict[str, Capture] = {}
         self._purged_at: float | None = None
-        self._folders: dict[tuple[str, str], Path] = {}
+        self._folders: dict[tuple[str, str], str] = {}
+        self._sessions = os.path.join(home, "sessions")
+        self._owners = os.path.join(home, "owners")
+        self._owner: tuple[str, int] | None = None
 
     @classmethod
     def open(
@@ -265,6 +348,7 @@ class ArtifactStore:
             conn.execute(f"PRAGMA synchronous = {settings.sqlite_synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.executescript(_SCHEMA)
+            _migrate(conn)
         except sqlite3.Error as exc:
             raise ArtifactError(f"{path}: cannot open the artifact index: {exc}") from exc
         store = cls(home, settings, conn, clock)
@@ -276,34 +360,95 @@ class ArtifactStore:
             raise
         return store
 
+    def _owner_token(self) -> str:
+        """This store's owner token, its owner file made and locked on the first capture."""
+        if self._owner is None:
+            try:
+                os.makedirs(self._owners, mode=0o700, exist_ok=True)
+                self._owner = claim_owner(self._owners, self.settings.capture_max_bytes)
+            except OSError as exc:
+                raise ArtifactError(
+                    f"{self._owners}: cannot make this process's owner file ({exc.strerror or exc}); free space "
+                    "under the executor's home (or fix its permissions) and retry"
+                ) from exc
+        return self._owner[0]
+
     @_index_errors
     def _recover_interrupted(self, on_interrupted: Callable[[str, str, int, str], None] | None) -> None:
-        rows = self._conn.execute("SELECT id, session FROM artifacts WHERE status = 'running'").fetchall()
-        for artifact_id, session_id in rows:
+        rows = self._conn.execute("SELECT id, session, owner FROM artifacts WHERE status = 'running'").fetchall()
+        tokens: set[str] = set()
+        for artifact_id, session_id, token in rows:
+            if token is not None:
+                tokens.add(token)
+                continue
+            # Begun before owner tokens: the owner file is in the artifact's folder.
             if artifact_id in self._live or parse_artifact_id(artifact_id) is None:
                 continue
             folder = self._folder(session_id, artifact_id)
+            path = os.path.join(folder, OWNER_FILE)
             try:
-                gone = owner_gone(folder)
+                gone = owner_gone(path)
             except OSError:
                 continue
             if gone is None:
                 continue  # a live process still captures into it
             fd, owner = gone
             try:
-                self._finalise_interrupted(artifact_id, session_id, folder, owner, on_interrupted)
-            except OSError as exc:
-                raise ArtifactError(
-                    f"artifact {artifact_id}: cannot recover its interrupted capture: {exc.strerror or exc}"
-                ) from exc
+                self._recover_one(artifact_id, session_id, owner, on_interrupted)
             finally:
-                release_owner(folder, fd)
+                release_owner(path, fd)
+        with contextlib.suppress(FileNotFoundError):  # owners of processes that ended between captures too
+            tokens.update(name for name in os.listdir(self._owners) if not name.startswith("."))
+        mine = None if self._owner is None else self._owner[0]
+        for token in sorted(tokens):
+            if token != mine and OWNER_TOKEN_RE.fullmatch(token) is not None:
+                self._recover_owner(token, on_interrupted)
+
+    def _recover_owner(self, token: str, on_interrupted: Callable[[str, str, int, str], None] | None) -> None:
+        """Finalise every capture of the owner ``token`` if its process is gone, then remove its owner file."""
+        path = os.path.join(self._owners, token)
+        try:
+            gone = owner_gone(path)
+        except OSError:
+            return
+        if gone is None:
+            return  # a live process: its captures are its own
+        fd, owner = gone
+        try:
+            # Asked again under its lock: it may have begun captures after the scan, before it ended.
+            rows = self._conn.execute(
+                "SELECT id, session FROM artifacts WHERE owner = ? AND status = 'running'", (token,)
+            ).fetchall()
+            for artifact_id, session_id in rows:
+                if parse_artifact_id(artifact_id) is not None:
+                    self._recover_one(artifact_id, session_id, owner, on_interrupted)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        release_owner(path, fd)  # only once all of its captures are finalised
+
+    def _recover_one(
+        self,
+        artifact_id: str,
+        session_id: str,
+        owner: dict[str, int],
+        on_interrupted: Callable[[str, str, int, str], None] | None,
+    ) -> None:
+        try:
+            self._finalise_interrupted(
+                artifact_id, session_id, self._folder(session_id, artifact_id), owner, on_interrupted
+            )
+        except OSError as exc:
+            raise ArtifactError(
+                f"artifact {artifact_id}: cannot recover its interrupted capture: {exc.strerror or exc}"
+            ) from exc
 
     def _finalise_interrupted(
         self,
         artifact_id: str,
         session_id: str,
-        folder: Path,
+        folder: str,
         owner: dict[str, int],
         on_interrupted: Callable[[str, str, int, str], None] | None,
     ) -> None:
@@ -353,8 +498,12 @@ class ArtifactStore:
         return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
 
     def close(self) -> None:
-        """Close the index; live captures should be finished first (their files stay as they are)."""
+        """Close the index; live captures should be finished first (their files stay as they are, and their owner
+        file stays locked until this process ends, so no other process takes them for interrupted before)."""
         self._conn.close()
+        if self._owner is not None and not self._live:
+            release_owner(os.path.join(self._owners, self._owner[0]), self._owner[1])
+            self._owner = None
 
     def __enter__(self) -> ArtifactStore:
         return self
@@ -404,7 +553,7 @@ class ArtifactStore:
         horizon = self.settings.tombstone_horizon_s
         self._conn.execute("DELETE FROM tombstones WHERE evicted_at <= ?", (now - horizon,))
 
-    def _folder(self, session_id: str, artifact_id: str) -> Path:
+    def _folder(self, session_id: str, artifact_id: str) -> str:
         # Both ids were validated against their regexes before this is called. Remembered: a call reaches the same
         # few folders a dozen times, and joining paths is a measurable part of it.
         key = (session_id, artifact_id)
@@ -412,7 +561,7 @@ class ArtifactStore:
         if folder is None:
             if len(self._folders) >= _FOLDER_MEMO_ENTRIES:
                 self._folders.clear()
-            folder = self._folders[key] = self.home / "sessions" / session_id / "artifacts" / artifact_id
+            folder = self._folders[key] = os.path.join(self._sessions, session_id, "artifacts", artifact_id)
         return folder
 
 
@@ -423,8 +572,10 @@ class SessionArtifacts:
         self._store = store
         self.session_id = session_id
         """The owning session."""
-        self._finished: dict[str, tuple[Any, dict[str, StreamState]]] = {}
+        self._finished: dict[str, _Known] = {}
         """Index rows of recently finished artifacts: final until evicted, so read once (see :meth:`_indexed`)."""
+        self._begun: dict[str, tuple[str, str, float]] = {}
+        """Kind, meta and creation time of this view's live captures (their rows, but for status and streams)."""
 
     @property
     def settings(self) -> ArtifactSettings:
@@ -521,46 +672,37 @@ class SessionArtifacts:
             if _STREAM_RE.fullmatch(name) is None:
                 raise ArtifactError(f"stream name {name!r} must be lowercase letters, digits, '-' or '_'")
         store = self._store
+        # The owner lock is held before the row is committed, so no other process ever sees this artifact
+        # ``running`` without a live lock on it (and mistakes it for an interrupted one).
+        token = store._owner_token()
         self._evict(reserve_one=True, keep=frozenset())
         now = store._clock()
+        meta_json = json.dumps(meta or {})
+        values: list[object] = []
         with store._tx() as conn:
-            row = conn.execute("SELECT next_seq FROM sessions WHERE id = ?", (self.session_id,)).fetchone()
-            seq = int(row[0])
+            [(seq,)] = conn.execute(
+                "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ? RETURNING next_seq - 1", (self.session_id,)
+            ).fetchall()
             artifact_id = make_artifact_id(self.session_id, seq)
-            conn.execute("UPDATE sessions SET next_seq = ? WHERE id = ?", (seq + 1, self.session_id))
             conn.execute(
-                "INSERT INTO artifacts (id, session, seq, kind, status, meta, created_at) VALUES (?,?,?,?,?,?,?)",
-                (artifact_id, self.session_id, seq, kind, "running", json.dumps(meta or {}), now),
+                "INSERT INTO artifacts (id, session, seq, kind, status, meta, created_at, owner) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (artifact_id, self.session_id, seq, kind, "running", meta_json, now, token),
             )
             for position, name in enumerate(streams):
-                state = StreamState(file=f"{name}.part")
-                conn.execute(
-                    "INSERT INTO streams (artifact, position, name, state) VALUES (?,?,?,?)",
-                    (artifact_id, position, name, state.model_dump_json()),
-                )
-            # The owner lock is taken before the row is committed, so no other process ever sees this artifact
-            # ``running`` without a live lock on it (and mistakes it for an interrupted one).
-            folder = store._folder(self.session_id, artifact_id)
-            folder.mkdir(parents=True, mode=0o700)
-            try:
-                owner_fd = claim_owner(folder, store.settings.capture_max_bytes)
-            except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
-        try:
-            capture = Capture(
-                artifact_id=artifact_id,
-                folder=folder,
-                streams=streams,
-                cap=store.settings.capture_max_bytes,
-                publish=self._publish,
-                owner_fd=owner_fd,
-                tees=tees_for(kind, artifact_id),
-            )
-        except BaseException:
-            release_owner(folder, owner_fd)
-            raise
+                values += (artifact_id, position, name, _initial_state(name))
+            conn.execute(_insert_streams(len(streams)), values)
+        # No folder yet: the capture makes it with the first byte it stores.
+        capture = Capture(
+            artifact_id=artifact_id,
+            folder=store._folder(self.session_id, artifact_id),
+            streams=streams,
+            cap=store.settings.capture_max_bytes,
+            publish=self._publish,
+            tees=tees_for(kind, artifact_id),
+        )
         store._live[artifact_id] = capture
+        self._begun[artifact_id] = (kind, meta_json, now)
         return capture
 
     @_index_errors
@@ -568,22 +710,29 @@ class SessionArtifacts:
         store = self._store
         stored = sum(s.head_len + s.ring_len for s in states.values())
         with store._tx() as conn:
-            for name, state in states.items():
-                conn.execute(
-                    "UPDATE streams SET state = ? WHERE artifact = ? AND name = ?",
-                    (state.model_dump_json(), artifact_id, name),
-                )
+            conn.executemany(
+                "UPDATE streams SET state = ? WHERE artifact = ? AND name = ?",
+                [(state.model_dump_json(), artifact_id, name) for name, state in states.items()],
+            )
             if status is None:
                 conn.execute("UPDATE artifacts SET bytes_stored = ? WHERE id = ?", (stored, artifact_id))
             else:
-                conn.execute(
+                updated = conn.execute(
                     "UPDATE artifacts SET bytes_stored = ?, status = ? WHERE id = ?", (stored, status, artifact_id)
-                )
+                ).rowcount
         if status is None:
             return None
         store._live.pop(artifact_id, None)
+        begun = self._begun.pop(artifact_id, None)
         self._evict(reserve_one=False, keep=frozenset({artifact_id}))
-        return self.record(artifact_id)
+        if begun is None or updated != 1:
+            return self.record(artifact_id)  # evicted meanwhile by another process: the index says how
+        # The row as it now is in the index (only this capture changes a live artifact's row), remembered so that
+        # the record and the reads that follow need no query.
+        kind, meta_json, created_at = begun
+        known = self._remember(artifact_id, (artifact_id, kind, status, meta_json, created_at), states)
+        known.record = self._record_of(artifact_id, known.row, states)
+        return known.record
 
     @_index_errors
     def _evict(self, *, reserve_one: bool, keep: frozenset[str]) -> None:
@@ -591,13 +740,14 @@ class SessionArtifacts:
         store = self._store
         settings = store.settings
         store._purge_tombstones()
-        kept, stored_total = store._conn.execute(
-            "SELECT count(*), coalesce(sum(bytes_stored), 0) FROM artifacts WHERE session = ?", (self.session_id,)
+        totals = store._conn.execute(
+            "SELECT artifact_count, bytes_total FROM sessions WHERE id = ?", (self.session_id,)
         ).fetchone()
+        kept, stored_total = totals if totals is not None else (0, 0)
         count = int(kept) + (1 if reserve_one else 0)
         total = int(stored_total)
         if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
-            return  # within budget: the usual case, one aggregate instead of every row
+            return  # within budget: the usual case, one row (the index keeps the totals) instead of every row
         rows = store._conn.execute(
             "SELECT id, bytes_stored FROM artifacts WHERE session = ? ORDER BY seq", (self.session_id,)
         ).fetchall()
@@ -663,26 +813,45 @@ class SessionArtifacts:
                 raise _damaged(artifact_id, name, "its index row does not parse") from None
         return states
 
-    def _indexed(self, artifact_id: object) -> tuple[str, Any, dict[str, StreamState]]:
-        """The checked id, index row and stream states of an artifact.
+    def _remember(self, artifact_id: str, row: Any, states: dict[str, StreamState]) -> _Known:
+        if len(self._finished) >= _FINISHED_MEMO_ENTRIES:
+            del self._finished[next(iter(self._finished))]
+        known = self._finished[artifact_id] = _Known(row, states)
+        return known
+
+    @_index_errors
+    def _still_kept(self, artifact_id: str, known: _Known) -> bool:
+        """Whether a remembered finished artifact is still kept: an eviction, by any process, removes its folder
+        and its row; one with files is checked by its folder, one without (every stream empty) by its row."""
+        if known.files:
+            return os.path.isdir(self._store._folder(self.session_id, artifact_id))
+        row = self._store._conn.execute("SELECT 1 FROM artifacts WHERE id = ?", (artifact_id,)).fetchone()
+        return row is not None
+
+    def _known(self, artifact_id: object) -> tuple[str, _Known | None, Any, dict[str, StreamState]]:
+        """The checked id, memo entry (None for a running artifact), index row and stream states of an artifact.
 
         A finished artifact's row and states never change again (only a running one is published to), so the last
-        few are remembered, each trusted only while its folder exists (an eviction, by any process, removes it);
-        an eviction by this store forgets one, and so does a file found missing.
+        few are remembered, each trusted only while it is still kept (see :meth:`_still_kept`); an eviction by this
+        store forgets one, and so does a file found missing.
         """
         checked = self._check_id(artifact_id)
         known = self._finished.get(checked)
         if known is not None:
-            if self._store._folder(self.session_id, checked).is_dir():
-                return checked, known[0], dict(known[1])
-            del self._finished[checked]  # evicted (an eviction removes the folder): the index says how
+            if self._still_kept(checked, known):
+                return checked, known, known.row, known.states
+            del self._finished[checked]  # evicted: the index says how
         checked, row = self._row(checked)
         states = self._states(checked)
-        if row[2] != "running":
-            if len(self._finished) >= _FINISHED_MEMO_ENTRIES:
-                del self._finished[next(iter(self._finished))]
-            self._finished[checked] = (row, dict(states))
-        return checked, row, states
+        if row[2] == "running":
+            return checked, None, row, states
+        known = self._remember(checked, row, states)
+        return checked, known, row, states
+
+    def _indexed(self, artifact_id: object) -> tuple[str, Any, dict[str, StreamState]]:
+        """The checked id, index row and stream states of an artifact (see :meth:`_known`)."""
+        checked, _, row, states = self._known(artifact_id)
+        return checked, row, dict(states)
 
     def record(self, artifact_id: str) -> ArtifactRecord:
         """The record of one of this session's artifacts.
@@ -691,9 +860,17 @@ class SessionArtifacts:
             ArtifactNotFound: malformed, foreign or unknown id (one message for all three).
             ArtifactEvicted: evicted by retention, tombstone still within the horizon.
         """
-        checked, row, states = self._indexed(artifact_id)
+        checked, known, row, states = self._known(artifact_id)
+        if known is not None and known.record is not None:
+            return known.record  # frozen, and final: the same record every time
+        record = self._record_of(checked, row, states)
+        if known is not None:
+            known.record = record
+        return record
+
+    def _record_of(self, artifact_id: str, row: Any, states: dict[str, StreamState]) -> ArtifactRecord:
         return ArtifactRecord(
-            id=checked,
+            id=artifact_id,
             session=self.session_id,
             kind=row[1],
             status=row[2],
@@ -710,9 +887,9 @@ class SessionArtifacts:
         ).fetchall()
         return [self.record(r[0]) for r in rows]
 
-    def _resolve(self, artifact_id: str, stream: str | None) -> tuple[str, str, StreamState, Path]:
+    def _resolve(self, artifact_id: str, stream: str | None) -> tuple[str, str, StreamState, str]:
         """Validate, flush a live capture, and return (id, stream, state, folder)."""
-        checked, _, states = self._indexed(artifact_id)
+        checked, _, _, states = self._known(artifact_id)
         if not states:
             raise _damaged(checked, "(any)", "the index has no stream rows for it")
         if stream is None:
@@ -733,14 +910,17 @@ class SessionArtifacts:
                 yield checked, name, layout_of(state, ()), _FileSource(-1, state)
                 return
             try:
-                fd = os.open(folder / state.file, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(os.path.join(folder, state.file), os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 self._finished.pop(checked, None)  # evicted meanwhile (perhaps by another process): read the index
                 if attempt == 2:
                     raise _damaged(checked, name, f"its file {state.file} is missing") from None
                 continue
             try:
-                checkpoints = read_checkpoints(folder / f"{name}.idx")
+                # A checkpoint sits at a stored offset of at least one interval: a shorter stream has none to read.
+                stored = state.head_len + state.ring_len
+                big = stored > CHECKPOINT_INTERVAL
+                checkpoints = read_checkpoints(os.path.join(folder, f"{name}.idx")) if big else ()
                 yield checked, name, layout_of(state, checkpoints), _FileSource(fd, state, label=(checked, name))
             finally:
                 os.close(fd)

@@ -182,3 +182,55 @@ def test_a_full_disk_at_finish_keeps_the_wrapped_ring_readable(tiny_fs: Path) ->
         assert (tail.start_line, tail.text) == (19_999, "line 019999\nline 020000\n")
         found = trio.run(lambda: session.search_output(record.id, pattern="line 0199[0-9]8", limit=20))
         assert [m.line for m in found.matches] == [19_908 + 10 * k for k in range(10)]
+
+
+def test_a_stream_that_stays_empty_has_no_file(session: SessionArtifacts, home: Path) -> None:
+    """Nothing is made on disk for an empty stream: an artifact whose streams stay empty has no folder at all, yet
+    it reads back as empty, live and finished, here and through another store on the home."""
+    capture = session.begin(kind="bash", streams=("stdout", "stderr"))
+    folder = home / "sessions" / session.session_id / "artifacts" / capture.artifact_id
+    assert session.read_output(capture.artifact_id, stream="stdout").empty_source
+    assert not folder.exists()
+    record = capture.finish(status="ok")
+    assert not folder.exists()
+    assert {n: (i.bytes_total, i.lines, i.growing) for n, i in record.streams.items()} == {
+        "stdout": (0, 0, False),
+        "stderr": (0, 0, False),
+    }
+    with ArtifactStore.open(home, artifact_settings()) as other:
+        theirs = other.session(session.session_id)
+        for stream in ("stdout", "stderr"):
+            page = theirs.read_output(record.id, stream=stream)
+            assert page.empty_source and page.complete and page.data == b""
+            assert theirs.read_bytes(record.id, stream=stream) == (b"", 0, 0)
+        found = trio.run(lambda: theirs.search_output(record.id, pattern="x", limit=1))
+        assert found.empty_source and found.matches == ()
+        assert theirs.record(record.id) == record
+
+
+def test_only_the_streams_that_received_bytes_have_files(session: SessionArtifacts, home: Path) -> None:
+    """A stream's file appears with its first byte; a short stream has no line index file, a long one has."""
+    capture = session.begin(kind="bash", streams=("stdout", "stderr", "long"))
+    capture.feed("stdout", b"")
+    capture.feed("stderr", b"warning\n")
+    folder = home / "sessions" / session.session_id / "artifacts" / capture.artifact_id
+    assert sorted(p.name for p in folder.iterdir()) == ["stderr.part"]
+    lines = b"".join(b"line %06d\n" % i for i in range(1, 20_001))  # 240 kB: past a few checkpoint intervals
+    capture.feed("long", lines)
+    record = capture.finish(status="ok")
+    assert sorted(p.name for p in folder.iterdir()) == ["long", "long.idx", "stderr"]
+    assert (folder / "stderr").read_bytes() == b"warning\n"
+    assert record.streams["stdout"].bytes_total == 0 and session.read_output(record.id, stream="stdout").empty_source
+    page = session.read_output(record.id, stream="long", start_line=15_000, line_count=2)
+    assert page.data == b"line 015000\nline 015001\n"
+
+
+def test_a_wrapped_stream_leaves_only_its_laid_out_file(home: Path) -> None:
+    """Finishing a stream past its cap rotates it into place: no ring file or temporary file stays behind."""
+    with ArtifactStore.open(home, artifact_settings(capture_max_bytes=100_000)) as store:
+        session = store.session(new_session_id())
+        artifact_id = store_bytes(session, b"".join(b"%07d\n" % i for i in range(100_000)), chunk=65536)
+        folder = home / "sessions" / session.session_id / "artifacts" / artifact_id
+        assert sorted(p.name for p in folder.iterdir()) == ["output", "output.idx"]
+        assert (folder / "output").stat().st_size == 100_000
+        assert session.read_output(artifact_id, start_line=100_000).data == b"0099999\n"

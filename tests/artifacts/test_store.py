@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from executor.artifacts import ArtifactStore
 from executor.config import load_settings
-from executor.errors import ArtifactEvicted, ArtifactNotFound, ConfigError, SessionNotFound, StreamNotFound
+from executor.errors import (
+    ArtifactError,
+    ArtifactEvicted,
+    ArtifactNotFound,
+    ConfigError,
+    SessionNotFound,
+    StreamNotFound,
+)
 from executor.ids import new_session_id
 from executor.testing.artifacts import artifact_settings, store_bytes
 
@@ -144,3 +156,100 @@ def test_an_artifact_another_process_evicted_reads_as_evicted_after_it_was_read(
             reader.record(first)
         with pytest.raises(ArtifactEvicted, match=f"artifact {first} was evicted"):
             reader.read_output(first)
+
+
+def test_an_empty_artifact_another_process_evicted_reads_as_evicted(home: Path) -> None:
+    """An artifact without files (every stream empty), remembered after a read, reads as evicted once another store
+    on the home evicted it."""
+    with (
+        ArtifactStore.open(home, artifact_settings(session_max_artifacts=1)) as reader_store,
+        ArtifactStore.open(home, artifact_settings(session_max_artifacts=1)) as writer_store,
+    ):
+        session_id = new_session_id()
+        reader, writer = reader_store.session(session_id), writer_store.session(session_id)
+        first = store_bytes(writer, b"")
+        assert reader.read_output(first).empty_source
+        store_bytes(writer, b"")  # evicts the first
+        with pytest.raises(ArtifactEvicted, match=f"artifact {first} was evicted"):
+            reader.read_output(first)
+
+
+def _totals(home: Path, session_id: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    with closing(sqlite3.connect(home / "artifacts.sqlite3")) as conn:
+        kept = conn.execute("SELECT artifact_count, bytes_total FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        counted = conn.execute(
+            "SELECT count(*), coalesce(sum(bytes_stored), 0) FROM artifacts WHERE session = ?", (session_id,)
+        ).fetchone()
+    return kept, counted
+
+
+def test_the_index_keeps_each_sessions_totals_through_captures_and_evictions(home: Path) -> None:
+    """The count and byte totals the budgets are checked against always equal the session's artifact rows."""
+    with ArtifactStore.open(home, artifact_settings(session_max_artifacts=3)) as store:
+        session = store.session(new_session_id())
+        for size in (0, 10, 100_000, 5, 0, 7):
+            store_bytes(session, b"x" * size)
+            kept, counted = _totals(home, session.session_id)
+            assert kept == counted
+        assert kept == (3, 12)
+        live = session.begin(kind="bash", streams=("stdout",))
+        live.feed("stdout", b"abc")
+        live.flush()
+        assert _totals(home, session.session_id)[0] == (3, 10)  # the oldest (5 bytes) was evicted to make room
+        live.finish(status="ok")
+
+
+def test_an_index_from_before_the_totals_is_brought_up_to_date(home: Path) -> None:
+    """Opening an index made without the totals adds them, counted from the rows, and enforces the budgets."""
+    session_id = new_session_id()
+    with closing(sqlite3.connect(home / "artifacts.sqlite3")) as conn:
+        conn.executescript(
+            """
+            CREATE TABLE sessions (id TEXT PRIMARY KEY, created_at REAL NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1);
+            CREATE TABLE artifacts (id TEXT PRIMARY KEY, session TEXT NOT NULL REFERENCES sessions(id),
+                seq INTEGER NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL, meta TEXT NOT NULL,
+                created_at REAL NOT NULL, bytes_stored INTEGER NOT NULL DEFAULT 0);
+            """
+        )
+        conn.execute("INSERT INTO sessions (id, created_at, next_seq) VALUES (?, 0, 3)", (session_id,))
+        for seq in (1, 2):
+            conn.execute(
+                "INSERT INTO artifacts VALUES (?, ?, ?, 'bash', 'ok', '{}', 0, 40)",
+                (f"{session_id}.a{seq}", session_id, seq),
+            )
+        conn.commit()
+    with ArtifactStore.open(home, artifact_settings(session_max_artifacts=2)) as store:
+        assert _totals(home, session_id) == ((2, 80), (2, 80))
+        session = store.session(session_id)
+        third = store_bytes(session, b"new\n")
+        assert third == f"{session_id}.a3"
+        assert [r.id for r in session.artifacts()] == [f"{session_id}.a2", third]
+        assert _totals(home, session_id) == ((2, 44), (2, 44))
+
+
+def test_a_store_holds_one_owner_file_while_it_captures(home: Path) -> None:
+    """A store locks one owner file for all of its captures (made with its first capture) and removes it on close."""
+    owners = home / "owners"
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        session = store.session(new_session_id())
+        assert not owners.exists() or list(owners.iterdir()) == []
+        first = session.begin(kind="bash", streams=("stdout",))
+        second = session.begin(kind="bash", streams=("stdout",))
+        [owner] = owners.iterdir()
+        assert json.loads(owner.read_text()) == {"pid": os.getpid(), "cap": artifact_settings().capture_max_bytes}
+        with owner.open("rb") as held, pytest.raises(BlockingIOError):
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        first.finish(status="ok")
+        second.finish(status="ok")
+        assert list(owners.iterdir()) == [owner]
+    assert list(owners.iterdir()) == []
+
+
+def test_a_home_where_no_owner_file_can_be_made_refuses_captures_with_an_artifact_error(home: Path) -> None:
+    """When the owner file cannot be made, begin raises ArtifactError naming the folder, and no artifact exists."""
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        session = store.session(new_session_id())
+        (home / "owners").write_text("not a folder")
+        with pytest.raises(ArtifactError, match=r"owners: cannot make this process's owner file"):
+            session.begin(kind="bash", streams=("stdout",))
+        assert session.artifacts() == []
