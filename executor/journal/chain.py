@@ -105,7 +105,7 @@ class JournalKey:
 
     def mac(self, prev: str, body: bytes) -> str:
         """The mac of ``body`` (a line without its chain member) following ``prev``."""
-        return hmac.new(self._secret, _LINE_DOMAIN + prev.encode("ascii") + b"\0" + body, hashlib.sha256).hexdigest()
+        return hmac.digest(self._secret, _LINE_DOMAIN + prev.encode("ascii") + b"\0" + body, "sha256").hex()
 
     def sign(self, prev: str, body: bytes) -> tuple[bytes, str]:
         """The line to write for ``body`` (a JSON object) after ``prev``, and its mac."""

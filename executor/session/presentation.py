@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final, Literal
 
-from executor.artifacts import ReadPage, SearchPage, SessionArtifacts
+from executor.artifacts import ArtifactRecord, ReadPage, SearchPage, SessionArtifacts
 from executor.artifacts.hints import Hints, Surface, hints_for
 from executor.artifacts.view import bounded_view, render_read_page, render_search_page
 from executor.config import Profile, Settings
@@ -173,10 +173,14 @@ class Views:
         """The bounded (head and tail) view of an artifact."""
         return bounded_view(self._artifacts, artifact_id, hints=self.hints)
 
-    def raw_stream(self, artifact_id: str, stream: str) -> tuple[str, bool]:
-        """A stream's raw text, cut at the display budget, and whether that is the whole stream."""
+    def raw_stream(self, record: ArtifactRecord, stream: str) -> tuple[str, bool]:
+        """A finished artifact's stream as raw text, cut at the display budget, and whether that is the whole stream
+        (an empty stream is answered from the record, without a read)."""
+        info = record.streams.get(stream)
+        if info is not None and info.bytes_total == 0 and not info.growing:
+            return "", True
         page = self._artifacts.read_output(
-            artifact_id,
+            record.id,
             stream=stream,
             start_line=1,
             line_count=_RAW_MAX_LINES,

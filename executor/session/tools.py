@@ -259,8 +259,8 @@ class Session:
         if result.drain_cut:
             parts.append("[a process still held the output pipes after the command exited; reading stopped]")
         text = await self._views.sanitize("\n".join(parts), artifact_id=record.id)
-        stdout, stdout_complete = self._views.raw_stream(record.id, "stdout")
-        stderr, stderr_complete = self._views.raw_stream(record.id, "stderr")
+        stdout, stdout_complete = self._views.raw_stream(record, "stdout")
+        stderr, stderr_complete = self._views.raw_stream(record, "stderr")
         return ToolResult(
             tool="bash",
             stdout=stdout,
