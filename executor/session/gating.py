@@ -141,10 +141,17 @@ class Gatekeeper:
     ) -> None:
         """Journal one judgment with the material it was asked about (appended, or with ``staged`` staged: the
         tool's result commits it)."""
-        material = json.loads(json.dumps(request.material, default=str))
         # The record's own field values (already validated; no dump and re-validation of its question table).
         fields = {name: getattr(record, name) for name in JudgmentRecord.model_fields}
-        event = JudgmentEvent(**fields, action_id=action_id, artifact_id=artifact_id, material=material)
+        event = JudgmentEvent(**fields, action_id=action_id, artifact_id=artifact_id)
+        try:
+            # Plain JSON by construction (what the JSON round trip makes of it; a value JSON cannot hold is written
+            # as its str()), so it is set without walking it again as JsonValue; the writer checks the line.
+            material = json.loads(json.dumps(request.material, default=str, allow_nan=False))
+        except ValueError:  # NaN or infinity: validated as before, which refuses it
+            event = JudgmentEvent(**fields, action_id=action_id, artifact_id=artifact_id, material=request.material)
+        else:
+            event = event.model_copy(update={"material": material})
         if staged:
             self.journal.stage(event)
         else:
