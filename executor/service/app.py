@@ -171,6 +171,21 @@ def _wants_frames(request: Request) -> bool:
     return any(part.split(";", 1)[0].strip() == EXEC_FRAMES for part in accept.split(","))
 
 
+class _LiveResponse(StreamingResponse):
+    """A live exec stream's response: however it ends (even before its body starts, when the client went away
+    first), the stream is detached, so its memory and spool file go at once."""
+
+    def __init__(self, live: LiveStream, body: AsyncIterator[bytes], *, media_type: str) -> None:
+        super().__init__(body, media_type=media_type)
+        self._live = live
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._live.detach()
+
+
 class _Api:
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -298,7 +313,11 @@ class _Api:
             stdin=body.stdin,
             timeout_ms=body.timeout_ms,
         )
-        live = LiveStream(self.svc.stream_buffer_bytes)
+        live = LiveStream(
+            self.svc.stream_buffer_bytes,
+            spool=self.svc.stream_spool_bytes,
+            directory=self.service.settings.home / "tmp",
+        )
         raw = RawStreams(self.svc.result_stream_max_bytes)
         owner = self.owner(request)
         handler = self.service.approval_handler(session.id, owner, live.note) if body.approvals == "wait" else None
@@ -368,8 +387,8 @@ class _Api:
                 live.detach()
 
         if _wants_frames(request):
-            return StreamingResponse(frames(), media_type=EXEC_FRAMES)
-        return StreamingResponse(lines(), media_type=_NDJSON)
+            return _LiveResponse(live, frames(), media_type=EXEC_FRAMES)
+        return _LiveResponse(live, lines(), media_type=_NDJSON)
 
     # -- write and files ---------------------------------------------------------------------------------------
 
