@@ -35,10 +35,19 @@ class FrameError(ValueError):
 
 
 class FrameDecoder:
-    """Frames of the binary exec stream, from bytes split anywhere."""
+    """Frames of the binary exec stream, from bytes split anywhere.
+
+    A payload is copied once: the pieces of it that each read brings are kept as views of the (immutable) bytes read
+    and joined when the frame is complete, so a 1 MiB frame arriving in 64 KiB reads costs no re-buffering.
+    """
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._head = bytearray()
+        self._kind = 0
+        self._need = -1
+        """Payload bytes still to come of the current frame; -1: between frames (reading a header)."""
+        self._parts: list[memoryview] = []
+        self._held = 0
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         """The frames ``data`` completes, in order, as ``(kind, payload)``.
@@ -46,28 +55,47 @@ class FrameDecoder:
         Raises:
             FrameError: a header with an unknown kind or non-zero padding.
         """
-        buffer = self._buffer
-        buffer += data
         frames: list[tuple[int, bytes]] = []
-        at, end = 0, len(buffer)
-        with memoryview(buffer) as view:
-            while end - at >= _HEADER.size:
-                word, size = _HEADER.unpack_from(buffer, at)
+        view = memoryview(data)
+        at, end = 0, len(view)
+        while at < end or self._need == 0:
+            if self._need < 0:
+                if not self._head and end - at >= _HEADER.size:
+                    word, size = _HEADER.unpack_from(view, at)
+                    at += _HEADER.size
+                else:
+                    take = min(_HEADER.size - len(self._head), end - at)
+                    self._head += view[at : at + take]
+                    at += take
+                    if len(self._head) < _HEADER.size:
+                        break
+                    word, size = _HEADER.unpack_from(self._head)
+                    self._head.clear()
                 kind = word >> 24
                 if word & 0xFFFFFF or kind not in _KINDS:
-                    raise FrameError(f"not an exec frame header: {bytes(view[at : at + _HEADER.size]).hex()}")
-                stop = at + _HEADER.size + size
-                if stop > end:
-                    break
-                frames.append((kind, bytes(view[at + _HEADER.size : stop])))
-                at = stop
-        del buffer[:at]
+                    raise FrameError(f"not an exec frame header: {_HEADER.pack(word, size).hex()}")
+                self._kind, self._need = kind, size
+                continue
+            take = min(self._need, end - at)
+            if take == self._need and not self._parts:
+                frames.append((self._kind, bytes(view[at : at + take])))
+            else:
+                self._parts.append(view[at : at + take])
+                self._held += take
+                if take == self._need:
+                    frames.append((self._kind, b"".join(self._parts)))
+                    self._parts.clear()
+                    self._held = 0
+            at += take
+            self._need -= take
+            if self._need == 0:
+                self._need = -1
         return frames
 
     @property
     def pending(self) -> int:
         """Bytes held of a frame not complete yet."""
-        return len(self._buffer)
+        return len(self._head) + self._held + (_HEADER.size if self._need >= 0 else 0)
 
     def end(self) -> None:
         """The stream ended.
@@ -75,8 +103,8 @@ class FrameDecoder:
         Raises:
             FrameError: it ended inside a frame.
         """
-        if self._buffer:
-            raise FrameError(f"the stream ended inside a frame ({len(self._buffer)} bytes of it)")
+        if self.pending:
+            raise FrameError(f"the stream ended inside a frame ({self.pending} bytes of it)")
 
 
 class ExecEvents:

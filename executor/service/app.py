@@ -161,9 +161,9 @@ _FRAME_KIND: Final = {"stdout": 1, "stderr": 2}
 _EVENT_KIND: Final = 3
 
 
-def _frame(kind: int, payload: bytes) -> bytes:
-    """One frame of the binary exec stream (:data:`executor.service.wire.EXEC_FRAMES`)."""
-    return struct.pack(">B3xI", kind, len(payload)) + payload
+_FRAME_HEADER: Final = struct.Struct(">B3xI")
+"""A frame's header in the binary exec stream (:data:`executor.service.wire.EXEC_FRAMES`): kind, 3 zero bytes,
+the payload's length."""
 
 
 def _wants_frames(request: Request) -> bool:
@@ -377,12 +377,18 @@ class _Api:
                 live.detach()  # a client gone mid-stream: the command goes on into its artifact
 
         async def frames() -> AsyncIterator[bytes]:
+            # What is queued goes out as one body chunk: one join (the only copy of the bytes here) and one send
+            # through the server for many frames.
             try:
-                async for item in live.items():
-                    if isinstance(item, tuple):
-                        yield _frame(_FRAME_KIND[item[0]], item[1])
-                    else:
-                        yield _frame(_EVENT_KIND, item.model_dump_json().encode())
+                async for batch in live.batches():
+                    parts: list[bytes] = []
+                    for item in batch:
+                        if isinstance(item, tuple):
+                            parts += (_FRAME_HEADER.pack(_FRAME_KIND[item[0]], len(item[1])), item[1])
+                        else:
+                            payload = item.model_dump_json().encode()
+                            parts += (_FRAME_HEADER.pack(_EVENT_KIND, len(payload)), payload)
+                    yield b"".join(parts)
             finally:
                 live.detach()
 

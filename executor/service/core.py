@@ -84,7 +84,22 @@ class _Spilled:
         self.size = size
 
 
-_Queued = tuple[Stream, bytearray] | _Spilled | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
+class _Held:
+    """Bytes of one stream waiting in memory: the chunks as the tee gave them (kept, not copied)."""
+
+    __slots__ = ("parts", "size", "stream")
+
+    def __init__(self, stream: Stream, data: bytes) -> None:
+        self.stream: Stream = stream
+        self.parts = [data]
+        self.size = len(data)
+
+    def take(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+
+_Queued = _Held | _Spilled | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
+_Item = tuple[Stream, bytes] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
 
 
 class LiveStream:
@@ -138,10 +153,11 @@ class LiveStream:
         if self._buffered[name] + len(data) <= self._limit:
             self._flush_dropped(name)
             last = self._events[-1] if self._events else None
-            if isinstance(last, tuple) and last[0] == name and len(last[1]) + len(data) <= _COALESCE_MAX:
-                last[1].extend(data)
+            if isinstance(last, _Held) and last.stream == name and last.size + len(data) <= _COALESCE_MAX:
+                last.parts.append(data)
+                last.size += len(data)
             else:
-                self._events.append((name, bytearray(data)))
+                self._events.append(_Held(name, data))
             self._buffered[name] += len(data)
         elif not self._spill(name, data):
             self._dropped[name] += len(data)
@@ -235,27 +251,53 @@ class LiveStream:
             self._file_w = 0
         return data
 
-    async def items(
-        self,
-    ) -> AsyncIterator[tuple[Stream, bytes] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent]:
+    async def items(self) -> AsyncIterator[_Item]:
         """The events in order, until the final one, with chunks as plain ``(stream, bytes)`` pairs: the hot path of
         a stream builds no model per chunk."""
         while True:
-            while self._events:
-                item = self._events.popleft()
-                if isinstance(item, _Spilled):
-                    yield item.stream, self._take(item)
-                elif isinstance(item, tuple):
-                    name, data = item
-                    self._buffered[name] -= len(data)
-                    yield name, bytes(data)
-                else:
-                    yield item
-            if self._closed:
+            for item in self._take_batch(0):
+                yield item
+            if await self._drained():
                 return
-            # No checkpoint between the emptiness check and the new event: a producer cannot slip in unseen.
-            self._wake = trio.Event()
-            await self._wake.wait()
+
+    async def batches(self, max_bytes: int = _COALESCE_MAX) -> AsyncIterator[list[_Item]]:
+        """The events in order, until the final one, in batches of what is queued when the reader asks (chunk bytes
+        up to about ``max_bytes`` a batch): a reader that writes a batch at once makes one write of many chunks."""
+        while True:
+            batch = self._take_batch(max_bytes)
+            if batch:
+                yield batch
+            if await self._drained():
+                return
+
+    def _take_batch(self, max_bytes: int) -> list[_Item]:
+        """At least one queued item (if any), then more while their bytes stay under ``max_bytes``."""
+        batch: list[_Item] = []
+        size = 0
+        while self._events and (not batch or size < max_bytes):
+            item = self._events.popleft()
+            if isinstance(item, _Spilled):
+                data = self._take(item)
+                batch.append((item.stream, data))
+                size += len(data)
+            elif isinstance(item, _Held):
+                self._buffered[item.stream] -= item.size
+                batch.append((item.stream, item.take()))
+                size += item.size
+            else:
+                batch.append(item)
+        return batch
+
+    async def _drained(self) -> bool:
+        """True once the final event was taken; else waits until something is queued (or returns at once)."""
+        if self._events:
+            return False
+        if self._closed:
+            return True
+        # No checkpoint between the emptiness check and the new event: a producer cannot slip in unseen.
+        self._wake = trio.Event()
+        await self._wake.wait()
+        return False
 
 
 class RawStreams:
