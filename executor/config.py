@@ -541,8 +541,12 @@ class ServiceSettings(_Section):
     max_request_bytes: Bytes = Field(64 * _MIB, ge=1024, le=4 * 1024 * _MIB)
     """Largest request body (an upload's tar, a write's content); larger is refused with 413."""
     stream_buffer_bytes: Bytes = Field(4 * _MIB, ge=4096, le=1024 * _MIB)
-    """Per-stream buffer of a live exec stream; a slower client loses chunks (a ``dropped`` event says how many
-    bytes), never the artifact."""
+    """Per-stream memory of a live exec stream for a client that reads slower than the command writes; past it the
+    bytes wait on disk (``stream_spool_bytes``)."""
+    stream_spool_bytes: Bytes = Field(1024 * _MIB, ge=0, le=64 * 1024 * _MIB)
+    """Most bytes of a live exec stream waiting for a slow client in an unlinked file under the home (the file starts
+    again empty whenever the client catches up; 0: none). Past it the client loses chunks: a ``dropped`` event and
+    the result's ``stdout_dropped``/``stderr_dropped`` count them; the artifact keeps every byte either way."""
     result_stream_max_bytes: Bytes = Field(1 * _MIB, ge=0, le=1024 * _MIB)
     """Raw stdout/stderr carried in an exec result (each); ``*_whole`` says whether it is all of it."""
     download_max_bytes: Bytes = Field(256 * _MIB, ge=1024, le=16 * 1024 * _MIB)

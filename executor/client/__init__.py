@@ -7,6 +7,12 @@ fields as the in-process :class:`~executor.session.ToolResult`, plus the raw str
 executor's own exceptions (``SessionNotFound``, ``CommandRejected``...), never httpx's and never an exception
 group; a service that does not answer is :class:`~executor.errors.ServiceUnavailable`.
 
+Exec streams come as the service's binary frames (:data:`~executor.service.wire.EXEC_FRAMES`): a ``chunk`` event
+carries the command's bytes exactly (no base64, no JSON per chunk). The event iterators read no further than their
+caller has taken events, so a slow loop holds the stream back instead of losing any of it (the service spools what
+it has not sent; only past ``service.stream_spool_bytes`` does a ``dropped`` event, and the result's
+``stdout_dropped``/``stderr_dropped``, count bytes the stream did not carry).
+
 This package imports neither trio nor docker (a test checks it)::
 
     from executor.client import Client
@@ -35,8 +41,10 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import executor.errors as _errors
+from executor.client._decode import ExecEvents, FrameError, LineDecoder
 from executor.errors import ExecutorError, PathRejected, ServiceUnavailable
 from executor.service.wire import (
+    EXEC_FRAMES,
     ApprovalAnswer,
     ApprovalView,
     ErrorEvent,
@@ -190,6 +198,18 @@ def _check_socket(uds: str | None, where: str) -> None:
         raise ServiceUnavailable(f"no executor service answers at {where}: start one with `executor serve`")
 
 
+_Decoder = ExecEvents | LineDecoder
+_ACCEPT_FRAMES: Final = {"accept": EXEC_FRAMES}
+
+
+def _check_media(response: httpx.Response, decoder: _Decoder) -> None:
+    if isinstance(decoder, ExecEvents) and response.headers.get("content-type", "").split(";")[0] != EXEC_FRAMES:
+        raise ExecutorError(
+            f"the service answered the exec with {response.headers.get('content-type')!r}, not the framed stream "
+            f"({EXEC_FRAMES}): it is older than this client; upgrade it"
+        )
+
+
 def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
@@ -246,20 +266,26 @@ class Client:
         return response.content
 
     @contextmanager
-    def _stream(self, method: str, path: str, adapter: TypeAdapter[Any], **kwargs: Any) -> Iterator[Iterator[Any]]:
+    def _stream(self, method: str, path: str, decoder: _Decoder, **kwargs: Any) -> Iterator[Iterator[Any]]:
         _check_socket(self._uds, self._where)
         timeout = httpx.Timeout(self._timeout, read=None)
         try:
             with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
                     _raise_for(response, response.read())
+                _check_media(response, decoder)
 
                 def events() -> Iterator[Any]:
+                    # Nothing is read ahead of the consumer: a slow one holds the HTTP read back (the service
+                    # spools for it), so no event is dropped here.
                     try:
-                        for line in _lines(response.iter_bytes()):
-                            yield adapter.validate_json(line)
+                        for data in response.iter_bytes():
+                            yield from decoder.feed(data)
+                        decoder.end()
                     except httpx.TransportError as exc:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
+                    except FrameError as exc:
+                        raise ServiceUnavailable(f"the exec stream from {self._where} broke off: {exc}") from exc
 
                 yield events()
         except httpx.TransportError as exc:
@@ -353,7 +379,8 @@ class Client:
             intent=intent,
             approvals=approvals,
         )
-        with self._stream("POST", _Requests.session(session, "/exec"), _EXEC_EVENT, content=body) as events:
+        path = _Requests.session(session, "/exec")
+        with self._stream("POST", path, ExecEvents(_EXEC_EVENT), content=body, headers=_ACCEPT_FRAMES) as events:
             yield events
 
     def exec(
@@ -533,7 +560,7 @@ class Client:
         """Pages of a task's stream as they come, until the task ends."""
         path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
         params = {"stream": stream, "offset": offset, "follow": "true"}
-        with self._stream("GET", path, _TASK_EVENT, params=params) as events:
+        with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
             yield _pages(events)
 
     def stop_task(self, session: str, task_id: str) -> TaskView:
@@ -558,24 +585,6 @@ class Client:
         """
         body = ApprovalAnswer(approve=approve).model_dump_json()
         self._call("POST", f"/v1/approvals/{_segment(approval_id)}", content=body)
-
-
-def _split(buffer: bytearray, fresh: int) -> list[bytes]:
-    """Take the complete ndjson lines off the front of ``buffer`` whose last ``fresh`` bytes just arrived (bytes:
-    no text decoding of large lines; only the fresh bytes are searched for the line end)."""
-    end = buffer.rfind(b"\n", max(0, len(buffer) - fresh))
-    if end < 0:
-        return []
-    lines = [line for line in bytes(buffer[:end]).split(b"\n") if line]
-    del buffer[: end + 1]
-    return lines
-
-
-def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    buffer = bytearray()
-    for chunk in chunks:
-        buffer += chunk
-        yield from _split(buffer, len(chunk))
 
 
 def _pages(events: Iterator[Any]) -> Iterator[Result]:
@@ -635,7 +644,7 @@ class AsyncClient:
 
     @asynccontextmanager
     async def _stream(
-        self, method: str, path: str, adapter: TypeAdapter[Any], **kwargs: Any
+        self, method: str, path: str, decoder: _Decoder, **kwargs: Any
     ) -> AsyncIterator[AsyncIterator[Any]]:
         _check_socket(self._uds, self._where)
         timeout = httpx.Timeout(self._timeout, read=None)
@@ -643,16 +652,18 @@ class AsyncClient:
             async with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
                     _raise_for(response, await response.aread())
+                _check_media(response, decoder)
 
                 async def events() -> AsyncIterator[Any]:
                     try:
-                        buffer = bytearray()
-                        async for chunk in response.aiter_bytes():
-                            buffer += chunk
-                            for line in _split(buffer, len(chunk)):
-                                yield adapter.validate_json(line)
+                        async for data in response.aiter_bytes():
+                            for event in decoder.feed(data):
+                                yield event
+                        decoder.end()
                     except httpx.TransportError as exc:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
+                    except FrameError as exc:
+                        raise ServiceUnavailable(f"the exec stream from {self._where} broke off: {exc}") from exc
 
                 yield events()
         except httpx.TransportError as exc:
@@ -717,7 +728,9 @@ class AsyncClient:
             intent=intent,
             approvals=approvals,
         )
-        async with self._stream("POST", _Requests.session(session, "/exec"), _EXEC_EVENT, content=body) as events:
+        path = _Requests.session(session, "/exec")
+        decoder = ExecEvents(_EXEC_EVENT)
+        async with self._stream("POST", path, decoder, content=body, headers=_ACCEPT_FRAMES) as events:
             yield events
 
     async def exec(
@@ -878,7 +891,7 @@ class AsyncClient:
         """See :meth:`Client.follow_task`."""
         path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
         params = {"stream": stream, "offset": offset, "follow": "true"}
-        async with self._stream("GET", path, _TASK_EVENT, params=params) as events:
+        async with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
 
             async def pages() -> AsyncIterator[Result]:
                 async for event in events:

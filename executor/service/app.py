@@ -161,14 +161,29 @@ _FRAME_KIND: Final = {"stdout": 1, "stderr": 2}
 _EVENT_KIND: Final = 3
 
 
-def _frame(kind: int, payload: bytes) -> bytes:
-    """One frame of the binary exec stream (:data:`executor.service.wire.EXEC_FRAMES`)."""
-    return struct.pack(">B3xI", kind, len(payload)) + payload
+_FRAME_HEADER: Final = struct.Struct(">B3xI")
+"""A frame's header in the binary exec stream (:data:`executor.service.wire.EXEC_FRAMES`): kind, 3 zero bytes,
+the payload's length."""
 
 
 def _wants_frames(request: Request) -> bool:
     accept = request.headers.get("accept", "")
     return any(part.split(";", 1)[0].strip() == EXEC_FRAMES for part in accept.split(","))
+
+
+class _LiveResponse(StreamingResponse):
+    """A live exec stream's response: however it ends (even before its body starts, when the client went away
+    first), the stream is detached, so its memory and spool file go at once."""
+
+    def __init__(self, live: LiveStream, body: AsyncIterator[bytes], *, media_type: str) -> None:
+        super().__init__(body, media_type=media_type)
+        self._live = live
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._live.detach()
 
 
 class _Api:
@@ -298,7 +313,11 @@ class _Api:
             stdin=body.stdin,
             timeout_ms=body.timeout_ms,
         )
-        live = LiveStream(self.svc.stream_buffer_bytes)
+        live = LiveStream(
+            self.svc.stream_buffer_bytes,
+            spool=self.svc.stream_spool_bytes,
+            directory=self.service.settings.home / "tmp",
+        )
         raw = RawStreams(self.svc.result_stream_max_bytes)
         owner = self.owner(request)
         handler = self.service.approval_handler(session.id, owner, live.note) if body.approvals == "wait" else None
@@ -358,18 +377,24 @@ class _Api:
                 live.detach()  # a client gone mid-stream: the command goes on into its artifact
 
         async def frames() -> AsyncIterator[bytes]:
+            # What is queued goes out as one body chunk: one join (the only copy of the bytes here) and one send
+            # through the server for many frames.
             try:
-                async for item in live.items():
-                    if isinstance(item, tuple):
-                        yield _frame(_FRAME_KIND[item[0]], item[1])
-                    else:
-                        yield _frame(_EVENT_KIND, item.model_dump_json().encode())
+                async for batch in live.batches():
+                    parts: list[bytes] = []
+                    for item in batch:
+                        if isinstance(item, tuple):
+                            parts += (_FRAME_HEADER.pack(_FRAME_KIND[item[0]], len(item[1])), item[1])
+                        else:
+                            payload = item.model_dump_json().encode()
+                            parts += (_FRAME_HEADER.pack(_EVENT_KIND, len(payload)), payload)
+                    yield b"".join(parts)
             finally:
                 live.detach()
 
         if _wants_frames(request):
-            return StreamingResponse(frames(), media_type=EXEC_FRAMES)
-        return StreamingResponse(lines(), media_type=_NDJSON)
+            return _LiveResponse(live, frames(), media_type=EXEC_FRAMES)
+        return _LiveResponse(live, lines(), media_type=_NDJSON)
 
     # -- write and files ---------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 import time
 from collections import deque
@@ -20,6 +21,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppres
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 import trio
@@ -28,6 +30,7 @@ from executor.config import Settings
 from executor.errors import AgentProtocolError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
 from executor.sandbox.usage import UsageMark, usage_path
+from executor.service.files import unlinked_file
 from executor.service.wire import (
     ApprovalView,
     ChunkEvent,
@@ -67,22 +70,65 @@ def owns(session_owner: str | None, caller: str | None) -> bool:
 
 
 _COALESCE_MAX: Final = 1024 * 1024
-_Queued = tuple[Stream, bytearray] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
+_SPOOL_READ_MAX: Final = 1024 * 1024
+
+
+class _Spilled:
+    """Bytes of one stream waiting in the spool file (``size`` bytes from ``offset``)."""
+
+    __slots__ = ("offset", "size", "stream")
+
+    def __init__(self, stream: Stream, offset: int, size: int) -> None:
+        self.stream: Stream = stream
+        self.offset = offset
+        self.size = size
+
+
+class _Held:
+    """Bytes of one stream waiting in memory: the chunks as the tee gave them (kept, not copied)."""
+
+    __slots__ = ("parts", "size", "stream")
+
+    def __init__(self, stream: Stream, data: bytes) -> None:
+        self.stream: Stream = stream
+        self.parts = [data]
+        self.size = len(data)
+
+    def take(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+
+_Queued = _Held | _Spilled | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
+_Item = tuple[Stream, bytes] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent
 
 
 class LiveStream:
-    """Events between a running command and its client, bounded per stream: a slow client loses chunks (told by
-    a ``dropped`` event), a gone one (:meth:`detach`) loses the rest; the command never waits for either.
+    """Events between a running command and its client; the command never waits for the client.
 
-    Chunks of one stream that queue up behind a slower reader are merged (up to 1 MiB an event), so a reader that
-    falls behind catches up with fewer, larger events instead of dropping.
+    What a slow client has not read yet waits in memory up to ``limit`` bytes per stream, then in an unlinked file
+    under ``directory`` up to ``spool`` bytes (the file's size; it starts again empty each time the reader catches
+    up), so a reader that falls behind gets every byte, later. Past both bounds it loses chunks: a ``dropped``
+    event says how many bytes, and the final result counts them (``stdout_dropped``/``stderr_dropped``). A gone
+    client (:meth:`detach`) loses the rest.
+
+    Chunks of one stream that queue up in memory behind a slower reader are merged (up to 1 MiB an event), so a
+    reader that falls behind catches up with fewer, larger events.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, spool: int = 0, directory: Path | None = None) -> None:
         self._limit = limit
+        self._spool = spool if directory is not None else 0
+        self._directory = directory
         self._events: deque[_Queued] = deque()
         self._buffered: dict[str, int] = {"stdout": 0, "stderr": 0}
         self._dropped: dict[str, int] = {"stdout": 0, "stderr": 0}
+        self.skipped: dict[Stream, int] = {"stdout": 0, "stderr": 0}
+        """Bytes of each stream this stream did not carry (past both bounds), over its whole life."""
+        self._file: int | None = None
+        self._file_w = 0
+        self._spilled = 0
+        self.spilled_bytes = 0
+        """Bytes that went through the spool file, over the stream's life."""
         self._wake = trio.Event()
         self._closed = False
         self.detached = False
@@ -104,18 +150,47 @@ class LiveStream:
         if self.detached or self._closed or stream not in self._buffered or not data:
             return
         name: Stream = "stdout" if stream == "stdout" else "stderr"
-        if self._buffered[name] + len(data) > self._limit:
+        if self._buffered[name] + len(data) <= self._limit:
+            self._flush_dropped(name)
+            last = self._events[-1] if self._events else None
+            if isinstance(last, _Held) and last.stream == name and last.size + len(data) <= _COALESCE_MAX:
+                last.parts.append(data)
+                last.size += len(data)
+            else:
+                self._events.append(_Held(name, data))
+            self._buffered[name] += len(data)
+        elif not self._spill(name, data):
             self._dropped[name] += len(data)
+            self.skipped[name] += len(data)
             return
-        self._flush_dropped(name)
-        last = self._events[-1] if self._events else None
-        if isinstance(last, tuple) and last[0] == name and len(last[1]) + len(data) <= _COALESCE_MAX:
-            last[1].extend(data)
-        else:
-            self._events.append((name, bytearray(data)))
-        self._buffered[name] += len(data)
         self._wake.set()
         self.begun.set()
+
+    def _spill(self, name: Stream, data: bytes) -> bool:
+        if self._file_w + len(data) > self._spool or self._directory is None:
+            return False
+        try:
+            if self._file is None:
+                self._file = unlinked_file(self._directory, prefix="live-")
+                self._file_w = 0
+            offset = self._file_w
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(self._file, view, self._file_w) :]
+                self._file_w = offset + len(data) - len(view)
+        except OSError:
+            # A full disk: these bytes are dropped (and counted) like any past the bounds; never raised into a tee.
+            logger.warning("a live exec stream could not spool %d bytes of %s", len(data), name, exc_info=True)
+            return False
+        self._flush_dropped(name)
+        last = self._events[-1] if self._events else None
+        if isinstance(last, _Spilled) and last.stream == name and last.offset + last.size == offset:
+            last.size += len(data)
+        else:
+            self._events.append(_Spilled(name, offset, len(data)))
+        self._spilled += len(data)
+        self.spilled_bytes += len(data)
+        return True
 
     def note(self, event: PendingEvent) -> None:
         """Queue an out-of-band note (an approval the command waits for)."""
@@ -125,20 +200,30 @@ class LiveStream:
             self.begun.set()
 
     def close(self, event: ResultEvent | ErrorEvent) -> None:
-        """Queue the final event; nothing follows it."""
+        """Queue the final event; nothing follows it. A result learns how many bytes the stream skipped."""
         if self._closed:
             return
         self._flush_dropped("stdout")
         self._flush_dropped("stderr")
+        if isinstance(event, ResultEvent) and any(self.skipped.values()):
+            update = {"stdout_dropped": self.skipped["stdout"], "stderr_dropped": self.skipped["stderr"]}
+            event = ResultEvent(result=event.result.model_copy(update=update))
         self._events.append(event)
         self._closed = True
         self._wake.set()
         self.begun.set()
 
     def detach(self) -> None:
-        """The client is gone: drop what is queued and everything after."""
+        """The client is gone (or done): drop what is queued and everything after, and the spool file."""
         self.detached = True
         self._events.clear()
+        self._close_file()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            os.close(self._file)
+            self._file = None
+        self._file_w = self._spilled = 0
 
     def _flush_dropped(self, name: Stream) -> None:
         if self._dropped[name]:
@@ -150,25 +235,69 @@ class LiveStream:
         async for item in self.items():
             yield ChunkEvent(stream=item[0], data=item[1]) if isinstance(item, tuple) else item
 
-    async def items(
-        self,
-    ) -> AsyncIterator[tuple[Stream, bytes] | DroppedEvent | PendingEvent | ResultEvent | ErrorEvent]:
+    def _take(self, spilled: _Spilled) -> bytes:
+        assert self._file is not None
+        data = os.pread(self._file, min(spilled.size, _SPOOL_READ_MAX), spilled.offset)
+        if not data:
+            raise OSError("the live stream's spool file ended early")
+        spilled.offset += len(data)
+        spilled.size -= len(data)
+        self._spilled -= len(data)
+        if spilled.size:
+            self._events.appendleft(spilled)
+        elif not self._spilled:
+            # The reader caught up with the file: it starts again empty (its size is what the bound counts).
+            os.ftruncate(self._file, 0)
+            self._file_w = 0
+        return data
+
+    async def items(self) -> AsyncIterator[_Item]:
         """The events in order, until the final one, with chunks as plain ``(stream, bytes)`` pairs: the hot path of
         a stream builds no model per chunk."""
         while True:
-            while self._events:
-                item = self._events.popleft()
-                if isinstance(item, tuple):
-                    name, data = item
-                    self._buffered[name] -= len(data)
-                    yield name, bytes(data)
-                else:
-                    yield item
-            if self._closed:
+            for item in self._take_batch(0):
+                yield item
+            if await self._drained():
                 return
-            # No checkpoint between the emptiness check and the new event: a producer cannot slip in unseen.
-            self._wake = trio.Event()
-            await self._wake.wait()
+
+    async def batches(self, max_bytes: int = _COALESCE_MAX) -> AsyncIterator[list[_Item]]:
+        """The events in order, until the final one, in batches of what is queued when the reader asks (chunk bytes
+        up to about ``max_bytes`` a batch): a reader that writes a batch at once makes one write of many chunks."""
+        while True:
+            batch = self._take_batch(max_bytes)
+            if batch:
+                yield batch
+            if await self._drained():
+                return
+
+    def _take_batch(self, max_bytes: int) -> list[_Item]:
+        """At least one queued item (if any), then more while their bytes stay under ``max_bytes``."""
+        batch: list[_Item] = []
+        size = 0
+        while self._events and (not batch or size < max_bytes):
+            item = self._events.popleft()
+            if isinstance(item, _Spilled):
+                data = self._take(item)
+                batch.append((item.stream, data))
+                size += len(data)
+            elif isinstance(item, _Held):
+                self._buffered[item.stream] -= item.size
+                batch.append((item.stream, item.take()))
+                size += item.size
+            else:
+                batch.append(item)
+        return batch
+
+    async def _drained(self) -> bool:
+        """True once the final event was taken; else waits until something is queued (or returns at once)."""
+        if self._events:
+            return False
+        if self._closed:
+            return True
+        # No checkpoint between the emptiness check and the new event: a producer cannot slip in unseen.
+        self._wake = trio.Event()
+        await self._wake.wait()
+        return False
 
 
 class RawStreams:

@@ -23,7 +23,7 @@ import trio
 
 from executor.models import StdinFile
 
-__all__ = ["BodySpool", "Spool", "spooled_body"]
+__all__ = ["BodySpool", "Spool", "spooled_body", "unlinked_file"]
 
 _READ_MAX: Final = 1024 * 1024
 
@@ -86,7 +86,7 @@ class Spool:
             self.peak_held = max(self.peak_held, self._held)
         else:
             if self._file is None:
-                self._file = _unlinked_file(self._directory)
+                self._file = unlinked_file(self._directory, prefix="download-")
                 self._file_w = self._file_r = 0
             view = memoryview(data)
             while view:
@@ -196,8 +196,9 @@ def spooled_body(directory: Path, limit: int) -> Iterator[BodySpool]:
         Path(name).unlink(missing_ok=True)
 
 
-def _unlinked_file(directory: Path) -> int:
+def unlinked_file(directory: Path, *, prefix: str) -> int:
+    """A private temporary file under ``directory``, already unlinked (it goes when its descriptor closes)."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix="download-", dir=directory)
+    fd, name = tempfile.mkstemp(prefix=prefix, dir=directory)
     Path(name).unlink()
     return fd

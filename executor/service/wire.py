@@ -188,6 +188,11 @@ class ExecResult(Result):
     """``stdout`` is all of it (else read the artifact)."""
     stderr_whole: bool = True
     """``stderr`` is all of it (else read the artifact)."""
+    stdout_dropped: int = 0
+    """Bytes of stdout the live stream did not carry because its reader fell further behind than the service
+    spools (``service.stream_spool_bytes``); 0: the live stream was whole. The artifact has every byte."""
+    stderr_dropped: int = 0
+    """As ``stdout_dropped``, for stderr."""
 
 
 class ChunkEvent(_Wire):
@@ -201,7 +206,8 @@ class ChunkEvent(_Wire):
 
 
 class DroppedEvent(_Wire):
-    """The client fell behind: bytes of a stream were not sent live (the artifact and the result still have them)."""
+    """The client fell further behind than the service spools: bytes of a stream were not sent live (the artifact
+    still has them, and the result counts them)."""
 
     kind: Literal["dropped"] = "dropped"
     stream: Literal["stdout", "stderr"]

@@ -105,9 +105,9 @@ def _import_ms(env: dict[str, str], runs: int = 15) -> tuple[float, float]:
     return statistics.median(thin), statistics.median(startup)
 
 
-def _ndjson_row(home: Path, session: str, size: int, stream_mb: int, framed_rate: float) -> dict[str, Any]:
-    """The same stream read as ndjson by ``executor.client`` (base64 chunks, a model per event): what the framed
-    stream replaced for the CLI."""
+def _client_row(home: Path, session: str, size: int, stream_mb: int, framed_rate: float) -> dict[str, Any]:
+    """The same stream read by ``executor.client`` (the framed stream too since the client switched from ndjson, but
+    an event model per chunk and httpx underneath), beside the thin CLI's rate."""
     from executor.client import Client
 
     with Client(socket=home / "service.sock", timeout_s=_TIMEOUT_S) as client:
@@ -119,7 +119,7 @@ def _ndjson_row(home: Path, session: str, size: int, stream_mb: int, framed_rate
                     received += len(event.data)
         rate = received / (time.perf_counter() - started) / 1e6
     return _row(
-        f"{stream_mb} MB stream as ndjson through executor.client",
+        f"{stream_mb} MB stream through executor.client (framed, an event per chunk)",
         "MB/s",
         rate,
         framed_rate,
@@ -229,7 +229,7 @@ def run(*, iters: int = 30, stream_mb: int = 200) -> list[dict[str, Any]]:
                     rss_note,
                 )
             )
-            rows.append(_ndjson_row(home, name, size, stream_mb, thin_rate))
+            rows.append(_client_row(home, name, size, stream_mb, thin_rate))
             cli(home, "session", "stop", name)
     finally:
         shutil.rmtree(home, ignore_errors=True)

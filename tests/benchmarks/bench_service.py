@@ -130,7 +130,7 @@ def _stream_rows(service: ServiceProcess, client: Client, session: str, engine: 
     workspace = client.exec(session, "pwd").stdout.decode().strip()
     idle = _client("idle", service.socket, session, "")
     variants = (
-        ("exec stream (ndjson events)", "exec", f"head -c {size} /dev/zero", f"head -c {small} /dev/zero"),
+        ("exec stream (framed events)", "exec", f"head -c {size} /dev/zero", f"head -c {small} /dev/zero"),
         ("folder download (tar)", "download", "big", "small"),
     )
     for label, mode, arg, small_arg in variants:

@@ -50,6 +50,8 @@ def test_result_fields_are_the_in_process_ones() -> None:
         "stderr",
         "stdout_whole",
         "stderr_whole",
+        "stdout_dropped",
+        "stderr_dropped",
     }
 
 
@@ -439,7 +441,7 @@ def test_mcp_endpoint_is_served_beside_the_api(shared_service: ServiceProcess) -
 
 def test_a_slow_client_never_blocks_the_command(shared_service: ServiceProcess) -> None:
     """A client that reads nothing while 64 MiB stream out does not hold the command or the session: the command
-    ends, another command runs, and the late reader gets a dropped note and a result counting every byte."""
+    ends, another command runs, and the late reader still gets every byte (the service spooled them)."""
     size = 64 * 1024 * 1024
     with shared_service.client() as client, shared_service.client() as other:
         session = client.create_session().id
@@ -448,13 +450,40 @@ def test_a_slow_client_never_blocks_the_command(shared_service: ServiceProcess) 
             while other.health().running and time.monotonic() < deadline:
                 assert other.exec(session, "echo alongside").stdout == b"alongside\n"
             assert other.health().running == 0
+            streamed = dropped = 0
+            for event in events:
+                if event.kind == "chunk":
+                    streamed += len(event.data)
+                elif event.kind == "dropped":
+                    dropped += event.bytes
+                else:
+                    result = event.result
+        assert (streamed, dropped) == (size, 0)
+        assert result.run is not None and result.run.stream_bytes["stdout"] == size
+        assert not result.stdout_whole and result.stdout_dropped == 0
+
+
+def test_a_client_behind_more_than_the_spool_loses_chunks_and_the_result_says_so(service_factory: Any) -> None:
+    """Past service.stream_spool_bytes a late reader loses chunks: dropped events count them, and so does the
+    result's stdout_dropped; what it got plus what was dropped is the whole stream."""
+    service = service_factory(service__stream_buffer_bytes="65536", service__stream_spool_bytes="1048576")
+    service.start()
+    size = 8 * 1024 * 1024
+    with service.client(timeout_s=120) as client, service.client(timeout_s=120) as other:
+        session = client.create_session().id
+        with client.stream_exec(session, f"head -c {size} /dev/zero") as events:
+            deadline = time.monotonic() + 120
+            while other.health().running:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
             seen = list(events)
         dropped = sum(e.bytes for e in seen if e.kind == "dropped")
         streamed = sum(len(e.data) for e in seen if e.kind == "chunk")
         result = seen[-1].result
         assert dropped > 0 and streamed + dropped == size
+        assert (result.stdout_dropped, result.stderr_dropped) == (dropped, 0)
         assert result.run is not None and result.run.stream_bytes["stdout"] == size
-        assert not result.stdout_whole
+        client.stop_session(session)
 
 
 def test_a_session_removed_behind_the_service_is_let_go(shared_service: ServiceProcess) -> None:

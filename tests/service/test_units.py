@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -17,24 +18,74 @@ from executor.config import ServiceSettings, load_settings
 from executor.errors import ConfigError, ExecutorError, ServiceUnavailable, SessionNotFound
 from executor.service.core import LiveStream, Metrics, RawStreams, owns
 from executor.service.openapi import openapi_document
-from executor.service.wire import ChunkEvent, DroppedEvent, ErrorEvent, ErrorInfo
+from executor.service.wire import ChunkEvent, DroppedEvent, ErrorEvent, ErrorInfo, ExecResult, ResultEvent
 from executor.session.pool import PoolStats
 
 
-async def test_live_stream_drops_past_its_bound_and_says_how_much() -> None:
-    """A client that does not read loses chunks past service.stream_buffer_bytes; a dropped event counts them."""
+async def test_live_stream_drops_past_its_bounds_and_says_how_much() -> None:
+    """Without a spool, a client that does not read loses chunks past service.stream_buffer_bytes; a dropped event
+    counts them, and so does the result."""
     live = LiveStream(limit=8)
     live.chunk("stdout", b"12345")
     live.chunk("stdout", b"67890")  # over the bound: dropped
     live.chunk("stderr", b"e")  # each stream has its own bound
     live.chunk("stdout", b"abc")
-    live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message="end")))
+    live.close(ResultEvent(result=ExecResult(tool="bash", outcome="completed", text="")))
     events = [event async for event in live.events()]
     assert events[0] == ChunkEvent(stream="stdout", data=b"12345")
     assert events[1] == ChunkEvent(stream="stderr", data=b"e")
     assert events[2] == DroppedEvent(stream="stdout", bytes=5)
     assert events[3] == ChunkEvent(stream="stdout", data=b"abc")
-    assert isinstance(events[-1], ErrorEvent)
+    assert isinstance(events[-1], ResultEvent)
+    assert (events[-1].result.stdout_dropped, events[-1].result.stderr_dropped) == (5, 0)
+
+
+def _entries(folder: Path) -> list[Path]:
+    return list(folder.iterdir())
+
+
+async def test_live_stream_spools_what_a_slow_reader_has_not_taken(tmp_path: Path) -> None:
+    """Past the memory bound, chunks wait in an unlinked file: a reader that comes late gets every byte in order,
+    the file starts again empty once it caught up, and nothing is left under the directory."""
+    live = LiveStream(limit=8, spool=1024, directory=tmp_path)
+    sent = [("stdout", b"0123456"), ("stdout", b"789ab"), ("stderr", b"E1"), ("stdout", b"cdef"), ("stderr", b"E2")]
+    for stream, data in sent:
+        live.chunk(stream, data)
+    assert live.spilled_bytes == 9 and not _entries(tmp_path)  # 789ab and cdef, on an unlinked file
+    got: list[tuple[str, bytes]] = []
+    reader = live.items()
+    for _ in range(4):
+        item = await reader.__anext__()
+        assert isinstance(item, tuple)
+        got.append(item)
+    await reader.aclose()
+    assert live._file_w == 0  # caught up: the file was emptied
+    live.chunk("stdout", b"more")
+    live.close(ResultEvent(result=ExecResult(tool="bash", outcome="completed", text="")))
+    rest = [item async for item in live.items()]
+    assert isinstance(rest[-1], ResultEvent) and rest[-1].result.stdout_dropped == 0
+    got += [item for item in rest if isinstance(item, tuple)]
+    for name in ("stdout", "stderr"):
+        assert b"".join(d for s, d in got if s == name) == b"".join(d for s, d in sent if s == name) + (
+            b"more" if name == "stdout" else b""
+        )
+    assert not any(isinstance(item, DroppedEvent) for item in rest)
+    live.detach()
+    assert live._file is None
+
+
+async def test_live_stream_drops_past_its_spool_and_the_result_says_so(tmp_path: Path) -> None:
+    """A reader further behind than service.stream_spool_bytes loses chunks, counted by a dropped event and by the
+    result's stdout_dropped; what was kept still comes out whole and in order."""
+    live = LiveStream(limit=4, spool=6, directory=tmp_path)
+    for data in (b"aaaa", b"bbbb", b"cc", b"dddd", b"e"):
+        live.chunk("stdout", data)  # aaaa in memory, bbbb+cc spooled, dddd dropped, e too (memory still full)
+    live.close(ResultEvent(result=ExecResult(tool="bash", outcome="completed", text="")))
+    events = [event async for event in live.events()]
+    data = b"".join(e.data for e in events if isinstance(e, ChunkEvent))
+    dropped = [e.bytes for e in events if isinstance(e, DroppedEvent)]
+    assert (data, dropped) == (b"aaaabbbbcc", [5])
+    assert isinstance(events[-1], ResultEvent) and events[-1].result.stdout_dropped == 5
 
 
 async def test_live_stream_delivers_as_it_arrives_and_a_detached_one_keeps_nothing() -> None:
@@ -161,6 +212,7 @@ def test_service_settings_defaults() -> None:
     assert section.socket is None and section.tcp is False and section.host == "127.0.0.1"
     assert section.tokens == () and section.max_request_bytes == 64 * 1024**2
     assert section.stream_buffer_bytes == 4 * 1024**2 and section.result_stream_max_bytes == 1024**2
+    assert section.stream_spool_bytes == 1024**3
     assert section.approval_timeout_s == 600.0
     assert section.shutdown_grace_s == 30.0
 
@@ -171,6 +223,8 @@ def test_service_settings_defaults() -> None:
         ({"tokens": ["short"]}, "at least 16 characters"),
         ({"port": 70000}, "port"),
         ({"max_request_bytes": 10}, "max_request_bytes"),
+        ({"stream_spool_bytes": -1}, "stream_spool_bytes"),
+        ({"stream_spool_bytes": 65 * 1024**3}, "stream_spool_bytes"),
         ({"approval_timeout_s": 0}, "approval_timeout_s"),
         ({"shutdown_grace_s": 100000}, "shutdown_grace_s"),
         ({"unknown": 1}, "unknown"),
@@ -184,8 +238,9 @@ def test_service_settings_rejected_at_load(overrides: dict[str, object], needle:
 
 def test_service_settings_accept_sizes() -> None:
     """Sizes take units."""
-    section = ServiceSettings(max_request_bytes="1m")
-    assert section.max_request_bytes == 1024**2
+    section = ServiceSettings(max_request_bytes="1m", stream_spool_bytes="2g")
+    assert section.max_request_bytes == 1024**2 and section.stream_spool_bytes == 2 * 1024**3
+    assert ServiceSettings(stream_spool_bytes=0).stream_spool_bytes == 0  # no spool: the old drop-past-memory
 
 
 async def test_live_stream_merges_chunks_a_slow_reader_has_not_taken() -> None:
@@ -198,10 +253,3 @@ async def test_live_stream_merges_chunks_a_slow_reader_has_not_taken() -> None:
     live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message="end")))
     chunks = [(e.stream, e.data) async for e in live.events() if isinstance(e, ChunkEvent)]
     assert chunks == [("stdout", b"abc"), ("stderr", b"x"), ("stdout", b"d")]
-
-
-def test_client_splits_ndjson_on_bytes() -> None:
-    """Lines split across reads are joined; several lines in one read come out in order."""
-    from executor.client import _lines
-
-    assert list(_lines(iter([b'{"a":', b'1}\n{"b":2}\n{', b'"c":3}\n']))) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']

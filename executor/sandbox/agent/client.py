@@ -112,7 +112,7 @@ class AgentClient:
         self._on_unhealthy = on_unhealthy
         self._max_frame = max_frame
         self._send_max = FRAME_MIN_MAX
-        self._decoder = FrameDecoder(max_frame)
+        self._decoder = FrameDecoder(max_frame, merge_output=True)
         self._send_lock = trio.Lock()
         self._ids = itertools.count(1)
         self._waiters: dict[int, trio.MemorySendChannel[Frame]] = {}

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Literal, cast
+from typing import Final, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -155,8 +155,9 @@ class FrameDecoder:
     Never buffers more than one frame plus one read: a length outside ``[5, max_frame]`` raises at once.
     """
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, *, merge_output: bool = False) -> None:
         self._max = max_frame
+        self._merge = merge_output
         self._buf = bytearray()
 
     @property
@@ -174,18 +175,48 @@ class FrameDecoder:
         frames: list[Frame] = []
         pos = 0
         buf = self._buf
-        while len(buf) - pos >= 4:
-            (length,) = struct.unpack_from(">I", buf, pos)
-            if length < _MIN_LEN or length > self._max:
-                raise AgentProtocolError(f"frame length {length} outside [5, {self._max}]: the peer is not an agent")
-            if len(buf) - pos - 4 < length:
-                break
-            _, ftype, fid = _HEADER.unpack_from(buf, pos)
-            frames.append(Frame(ftype, fid, bytes(buf[pos + 9 : pos + 4 + length])))
-            pos += 4 + length
+        # Payloads are copied once, from a view (a bytearray slice would copy twice). With merge_output, a run of
+        # OUT (or ERR) frames of one id in this read comes out as one frame: one copy of the bytes, and one pass
+        # through the layers above (dispatch, capture, tees) instead of one per agent read of the pipe.
+        run: list[memoryview] = []
+        run_key: tuple[int, int] | None = None
+        with memoryview(buf) as view:
+            while len(buf) - pos >= 4:
+                (length,) = struct.unpack_from(">I", buf, pos)
+                if length < _MIN_LEN or length > self._max:
+                    raise AgentProtocolError(
+                        f"frame length {length} outside [5, {self._max}]: the peer is not an agent"
+                    )
+                if len(buf) - pos - 4 < length:
+                    break
+                _, ftype, fid = _HEADER.unpack_from(buf, pos)
+                payload = view[pos + 9 : pos + 4 + length]
+                pos += 4 + length
+                if self._merge and ftype in _OUTPUT:
+                    if run_key != (ftype, fid):
+                        _flush_run(frames, run_key, run)
+                        run_key = (ftype, fid)
+                    run.append(payload)
+                    continue
+                _flush_run(frames, run_key, run)
+                run_key = None
+                frames.append(Frame(ftype, fid, bytes(payload)))
+                payload.release()  # no view may outlive the loop: the buffer is resized below
+            _flush_run(frames, run_key, run)
         if pos:
             del buf[:pos]
         return frames
+
+
+_OUTPUT: Final = frozenset({FrameType.OUT, FrameType.ERR})
+
+
+def _flush_run(frames: list[Frame], key: tuple[int, int] | None, run: list[memoryview]) -> None:
+    if key is not None and run:
+        frames.append(Frame(key[0], key[1], bytes(run[0]) if len(run) == 1 else b"".join(run)))
+        for view in run:
+            view.release()
+        run.clear()
 
 
 FieldValue = bytes | str | int | bool

@@ -41,6 +41,40 @@ def test_frames_round_trip_in_any_split() -> None:
         assert decoder.buffered == 0
 
 
+def test_merged_output_keeps_every_byte_in_order_in_any_split() -> None:
+    """With merge_output, consecutive OUT (or ERR) frames of one id in a read come out as one frame; other frames,
+    other ids and stream changes keep their place, and the bytes of each stream are unchanged whatever the split."""
+    sent = [
+        (FrameType.OUT, 7, b"ab"),
+        (FrameType.OUT, 7, b"cd"),
+        (FrameType.OUT, 9, b"other"),
+        (FrameType.OUT, 7, b"ef"),
+        (FrameType.ERR, 7, b"E"),
+        (FrameType.ERR, 7, b"F"),
+        (FrameType.RESULT, 7, b"\x00"),
+        (FrameType.OUT, 7, b"late"),
+    ]
+    wire = b"".join(encode_frame(t, i, p, max_frame=4096) for t, i, p in sent)
+    whole = FrameDecoder(4096, merge_output=True).feed(wire)
+    assert [(f.type, f.id, f.payload) for f in whole] == [
+        (0x83, 7, b"abcd"),
+        (0x83, 9, b"other"),
+        (0x83, 7, b"ef"),
+        (0x84, 7, b"EF"),
+        (FrameType.RESULT, 7, b"\x00"),
+        (0x83, 7, b"late"),
+    ]
+    for cut in range(len(wire) + 1):
+        decoder = FrameDecoder(4096, merge_output=True)
+        frames = decoder.feed(wire[:cut]) + decoder.feed(wire[cut:])
+        for key in {(t, i) for t, i, _ in sent}:
+            assert b"".join(f.payload for f in frames if (f.type, f.id) == key) == b"".join(
+                p for t, i, p in sent if (t, i) == key
+            )
+        assert [f.type for f in frames if f.type not in (0x83, 0x84)] == [FrameType.RESULT]
+        assert decoder.buffered == 0
+
+
 @pytest.mark.parametrize("length", [0, 4, 4097, 0xFFFFFFFF])
 def test_lengths_out_of_bounds_are_refused(length: int) -> None:
     """A frame length below the header or above max_frame raises before anything is buffered for it."""

@@ -1,0 +1,142 @@
+"""executor.client against a real service on the real engine: exec streams carry raw bytes exactly, each stream
+apart, and a consumer slower than the command loses nothing (the client holds the read back, the service spools)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+import trio
+
+from executor.client import AsyncClient, Client
+from executor.service.wire import ChunkEvent, ResultEvent
+from tests.service.conftest import ServiceProcess
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+
+T = TypeVar("T")
+_OUT_BYTES = 5 * 1024 * 1024 + 17
+_ERR_BYTES = 3 * 1024 * 1024 + 5
+_COMMAND = "cat out.bin; cat err.bin >&2"
+_WAIT_S = 120.0
+_CALL_S = 120.0
+"""Bound on each non-streaming call: creating a session on a loaded 2-core host can take more than the default."""
+
+
+def _make_files(client: Client) -> tuple[str, dict[str, str]]:
+    """A session holding out.bin and err.bin of random bytes; their sha256 as the container computed it."""
+    session = client.create_session().id
+    made = client.exec(
+        session,
+        f"head -c {_OUT_BYTES} /dev/urandom > out.bin && head -c {_ERR_BYTES} /dev/urandom > err.bin && "
+        "sha256sum out.bin err.bin",
+    )
+    assert made.outcome == "completed", made.text
+    sums = dict(reversed(line.split()) for line in made.stdout.decode().splitlines())
+    return session, {"stdout": sums["out.bin"], "stderr": sums["err.bin"]}
+
+
+def _wait_idle(client: Client) -> None:
+    deadline = time.monotonic() + _WAIT_S
+    while client.health().running:
+        assert time.monotonic() < deadline, "the command did not end while its reader read nothing"
+        time.sleep(0.05)
+
+
+async def _await_idle(client: AsyncClient) -> None:
+    with anyio.fail_after(_WAIT_S):
+        while True:
+            if not (await client.health()).running:
+                return
+            await anyio.sleep(0.05)
+
+
+def _check(received: dict[str, Any], counts: dict[str, int], final: Any, sums: dict[str, str]) -> None:
+    assert counts == {"stdout": _OUT_BYTES, "stderr": _ERR_BYTES}
+    assert {name: digest.hexdigest() for name, digest in received.items()} == sums
+    assert isinstance(final, ResultEvent)
+    result = final.result
+    assert result.outcome == "completed" and result.exit_code == 0
+    assert (result.stdout_dropped, result.stderr_dropped) == (0, 0)
+    assert result.run is not None and result.run.stream_bytes == {"stdout": _OUT_BYTES, "stderr": _ERR_BYTES}
+
+
+def test_a_slow_sync_consumer_gets_every_byte_of_each_stream(spooling_service: ServiceProcess) -> None:
+    """A blocking consumer that reads nothing until the command ended, then reads slowly, gets every random byte of
+    stdout and of stderr, each apart (sha256), and a result that says nothing was dropped."""
+    with spooling_service.client(timeout_s=_CALL_S) as client, spooling_service.client(timeout_s=_CALL_S) as watcher:
+        session, sums = _make_files(client)
+        received = {"stdout": hashlib.sha256(), "stderr": hashlib.sha256()}
+        counts = {"stdout": 0, "stderr": 0}
+        final = None
+        with client.stream_exec(session, _COMMAND) as events:
+            _wait_idle(watcher)
+            for event in events:
+                if isinstance(event, ChunkEvent):
+                    received[event.stream].update(event.data)
+                    counts[event.stream] += len(event.data)
+                    time.sleep(0.001)
+                else:
+                    assert event.kind == "result", event
+                    final = event
+        _check(received, counts, final, sums)
+        again = client.exec(session, _COMMAND)
+        assert hashlib.sha256(again.stdout).hexdigest() != sums["stdout"]  # the result holds only its bounded head
+        assert not again.stdout_whole and again.stdout_dropped == 0
+        client.stop_session(session)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_slow_async_consumer_gets_every_byte_of_each_stream(spooling_service: ServiceProcess, loop: str) -> None:
+    """The async client under asyncio and under trio: the same slow consumer gets the same bytes."""
+    with spooling_service.client(timeout_s=_CALL_S) as client:
+        session, sums = _make_files(client)
+
+    async def consume() -> tuple[dict[str, Any], dict[str, int], Any]:
+        received = {"stdout": hashlib.sha256(), "stderr": hashlib.sha256()}
+        counts = {"stdout": 0, "stderr": 0}
+        final = None
+        async with (
+            AsyncClient(socket=spooling_service.socket, timeout_s=_CALL_S) as aclient,
+            AsyncClient(socket=spooling_service.socket, timeout_s=_CALL_S) as watcher,
+            aclient.stream_exec(session, _COMMAND) as events,
+        ):
+            await _await_idle(watcher)
+            async for event in events:
+                if isinstance(event, ChunkEvent):
+                    received[event.stream].update(event.data)
+                    counts[event.stream] += len(event.data)
+                    await anyio.sleep(0.001)
+                else:
+                    final = event
+        return received, counts, final
+
+    _check(*_run(loop, consume), sums)
+    with spooling_service.client(timeout_s=_CALL_S) as client:
+        client.stop_session(session)
+
+
+def _run(loop: str, main: Callable[[], Awaitable[T]]) -> T:
+    if loop == "trio":
+        return trio.run(main)
+
+    async def wrapped() -> T:
+        return await main()
+
+    return asyncio.run(wrapped())
+
+
+def test_exec_results_match_the_stream(spooling_service: ServiceProcess) -> None:
+    """Client.exec returns the result event of the framed stream: raw bytes (NUL, invalid UTF-8) exactly."""
+    with spooling_service.client(timeout_s=_CALL_S) as client:
+        session = client.create_session().id
+        out = "printf a; head -c 1 /dev/zero; printf b; echo /w== | base64 -d"
+        result = client.exec(session, f"{out}; printf e >&2; head -c 1 /dev/zero >&2; exit 5", approvals="none")
+        assert (result.outcome, result.exit_code) == ("failed", 5)
+        assert (result.stdout, result.stderr) == (b"a\0b\xff", b"e\0")
+        client.stop_session(session)
