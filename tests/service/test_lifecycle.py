@@ -196,18 +196,19 @@ def test_a_restarted_service_finds_a_named_sessions_stored_idle_limit_and_enforc
     service.start()
     try:
         with service.client() as client:
-            view = client.create_session(name=name, idle_s=4)
-            assert view.idle_limit_s == 4 and view.owner is None
+            # Long enough to outlast the restart below (seconds under load), short enough to wait for.
+            view = client.create_session(name=name, idle_s=15)
+            assert view.idle_limit_s == 15 and view.owner is None
             assert client.exec(name, "true").outcome == "completed"
         service.stop()
         service.start()
         with service.client() as client:
             found = client.session(name)
-            assert not found.held and found.idle_limit_s == 4 and found.state == "running"
+            assert not found.held and found.idle_limit_s == 15 and found.state == "running"
             assert found.idle_s is not None and found.idle_s >= 0
-            _poll(lambda: client.session(name).idle_s is None, 60, "the idle named session's container to go")
+            _poll(lambda: client.session(name).idle_s is None, 90, "the idle named session's container to go")
             stopped = client.session(name)
-            assert stopped.idle_s is None and stopped.idle_limit_s == 4
+            assert stopped.idle_s is None and stopped.idle_limit_s == 15
     finally:
         _stop_named(service, name)
 
