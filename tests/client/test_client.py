@@ -37,7 +37,10 @@ def _make_files(client: Client) -> tuple[str, dict[str, str]]:
         "sha256sum out.bin err.bin",
     )
     assert made.outcome == "completed", made.text
-    sums = dict(reversed(line.split()) for line in made.stdout.decode().splitlines())
+    sums: dict[str, str] = {}
+    for line in made.stdout.decode().splitlines():
+        digest, name = line.split()
+        sums[name] = digest
     return session, {"stdout": sums["out.bin"], "stderr": sums["err.bin"]}
 
 

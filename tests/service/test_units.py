@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,7 @@ async def test_live_stream_spools_what_a_slow_reader_has_not_taken(tmp_path: Pat
         item = await reader.__anext__()
         assert isinstance(item, tuple)
         got.append(item)
+    assert isinstance(reader, AsyncGenerator)  # a generator: closing it is how a reader leaves
     await reader.aclose()
     assert live._file_w == 0  # caught up: the file was emptied
     live.chunk("stdout", b"more")
