@@ -497,6 +497,9 @@ class JournalSettings(_Section):
     """Deepest JSON nesting a reader accepts."""
     max_file_bytes: Bytes = Field(1024 * _MIB, ge=_MIB, le=1024**4)
     """Largest journal a reader (``executor replay``) reads; only regular files are read at all."""
+    max_issues: int = Field(1000, ge=1, le=1_000_000)
+    """Refused lines a read lists one by one (the first ones, in file order); past this many they are only counted,
+    so a journal of garbage costs a bounded report (refusals of the journal's end are always listed)."""
 
 
 class McpSettings(_Section):

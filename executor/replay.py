@@ -193,7 +193,9 @@ class ReplayReport(_Model):
     records: int
     """Valid records replay worked from."""
     errors: tuple[JournalIssue, ...]
-    """Refused journal lines, with line numbers; their content was ignored."""
+    """Refused journal lines, with line numbers; their content was ignored (the first ``journal.max_issues``)."""
+    errors_omitted: int = 0
+    """Refused journal lines past ``journal.max_issues``: counted, not listed."""
     replayed: Replayed
     """Reconstructed decisions."""
     static_only: tuple[StaticOnly, ...]
@@ -215,9 +217,9 @@ class _Unsupported(Exception):
 class _Index:
     """The journal's records keyed by id; an id seen twice is ambiguous and resolves to nothing."""
 
-    def __init__(self, records: Sequence[JournalRecord], issues: Sequence[JournalIssue]) -> None:
+    def __init__(self, records: Sequence[JournalRecord], ambiguous_judgments: Iterable[str]) -> None:
         self.judgments: dict[str, JudgmentEvent] = {}
-        self.ambiguous_judgments = {i.ref for i in issues if i.code == "duplicate_judgment_id" and i.ref}
+        self.ambiguous_judgments = set(ambiguous_judgments)
         self.prepared: dict[str, list[ActionPrepared]] = defaultdict(list)
         self.verdicts: dict[str, list[StaticVerdict]] = defaultdict(list)
         self.requests: dict[str, list[tuple[int, ApprovalRequested]]] = defaultdict(list)
@@ -278,13 +280,11 @@ class _Index:
         return outcome
 
 
-def _records(
-    journal: JournalRead | Iterable[JournalEvent],
-) -> tuple[tuple[JournalRecord, ...], tuple[JournalIssue, ...], int]:
+def _read(journal: JournalRead | Iterable[JournalEvent]) -> JournalRead:
     if isinstance(journal, JournalRead):
-        return journal.records, journal.issues, journal.lines
+        return journal
     records = tuple(JournalRecord(line=number, event=event) for number, event in enumerate(journal, start=1))
-    return records, (), len(records)
+    return JournalRead(records=records, issues=(), lines=len(records))
 
 
 def _approval_problems(index: _Index) -> list[Unsupported]:
@@ -493,8 +493,9 @@ async def replay(
         raise ValueError(f"trust level {trust!r} is not one of 0, 1, 2, 3")
     if mode == "reevaluate" and judge is None:
         raise ValueError("--mode reevaluate needs a judge; configure gate.judge")
-    records, issues, lines = _records(journal)
-    index = _Index(records, issues)
+    read = _read(journal)
+    records = read.records
+    index = _Index(records, read.ambiguous_judgments)
     replayer = _Replayer(index, trust=trust, policy=policy, mode=mode, judge=judge if mode == "reevaluate" else None)
     unchanged = 0
     changes: list[DecisionChange] = []
@@ -545,9 +546,10 @@ async def replay(
         mode=mode,
         trust=trust,
         policy=policy.name if policy is not None else None,
-        lines=lines,
+        lines=read.lines,
         records=len(records),
-        errors=tuple(issues),
+        errors=read.issues,
+        errors_omitted=read.issues_omitted,
         replayed=Replayed(
             unchanged=unchanged + len(focus) - focus_changed,
             changed=len(changes) + focus_changed,

@@ -77,7 +77,7 @@ def replay_command(
     message = f"no valid record could be read from {_clean(str(journal))}"
     data = {
         **({"error": message} if unreadable else {}),
-        "journal_errors": bool(read.issues),
+        "journal_errors": bool(read.issues or read.issues_omitted),
         "journal": str(journal),
         "verification": read.verification,
         "verification_note": read.note,
@@ -130,7 +130,8 @@ def render(report: ReplayReport, *, journal: str) -> str:
     lines = [
         f"replay of {_clean(journal)}: mode {report.mode}, trust {report.trust}, "
         f"policy {_clean(report.policy) if report.policy else '(recorded verdicts)'}",
-        f"read {report.lines} line(s): {report.records} valid record(s), {len(report.errors)} refused",
+        f"read {report.lines} line(s): {report.records} valid record(s), "
+        f"{len(report.errors) + report.errors_omitted} refused",
         f"replayed: {replayed.unchanged} unchanged, {replayed.changed} changed; "
         f"static-only: {len(report.static_only)}; unsupported: {len(report.unsupported)}; "
         f"provider calls: {report.provider_calls}; nothing was executed",
@@ -170,4 +171,6 @@ def render(report: ReplayReport, *, journal: str) -> str:
     if report.errors:
         lines += ["", "refused journal lines"]
         lines += _table(["line", "code", "message"], [[e.line, e.code, e.message] for e in report.errors])
+        if report.errors_omitted:
+            lines.append(f"... and {report.errors_omitted} more refused line(s), not listed (journal.max_issues)")
     return "\n".join(lines)

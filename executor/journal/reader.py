@@ -138,7 +138,11 @@ class JournalRead(_Model):
     records: tuple[JournalRecord, ...]
     """Complete, valid records."""
     issues: tuple[JournalIssue, ...]
-    """Refused lines, in file order."""
+    """Refused lines, in file order: the first ``journal.max_issues`` of them, then those about the journal's end."""
+    issues_omitted: int = 0
+    """Refused lines past ``journal.max_issues``: counted, not listed."""
+    ambiguous_judgments: tuple[str, ...] = ()
+    """Judgment ids that appear on more than one line (listed whole, whether or not their issues are)."""
     lines: int
     """Lines seen (including refused ones)."""
     verification: Verification = "unverified"
@@ -359,6 +363,9 @@ def read_journal(
     sealed = key.read_head(head) if (verify and key is not None and head is not None) else None
     records: list[JournalRecord] = []
     issues: list[JournalIssue] = []
+    omitted = 0
+    failed_auth = 0
+    ambiguous: dict[str, None] = {}
     event_ids: dict[str, int] = {}
     judgment_ids: dict[str, int] = {}
     last_seq: int | None = None
@@ -369,14 +376,34 @@ def read_journal(
     head_reached = False
     lines = 0
 
-    def refuse(number: int, exc: _LineRefused) -> None:
-        issue = JournalIssue(line=number, code=exc.code, message=f"journal line {number} {exc.message}", ref=exc.ref)
+    def refuse(number: int, exc: _LineRefused, *, listed: bool = False) -> None:
+        nonlocal omitted, failed_auth
         if mode == "strict":
-            raise JournalCorrupt(issue.message) from None
-        issues.append(issue)
+            raise JournalCorrupt(f"journal line {number} {exc.message}") from None
+        if exc.code in _AUTH_CODES:
+            failed_auth += 1
+        if exc.code == "duplicate_judgment_id" and exc.ref:
+            ambiguous[exc.ref] = None
+        if len(issues) >= settings.max_issues and not listed:
+            omitted += 1
+            return
+        issues.append(
+            JournalIssue(line=number, code=exc.code, message=f"journal line {number} {exc.message}", ref=exc.ref)
+        )
 
+    # An empty line is refused as the full checks would refuse it (it carries no MAC, so a verified read calls it
+    # unsigned), without them: a file of newlines is the cheapest garbage there is.
+    empty = (
+        _LineRefused("unsigned", "carries no MAC: this home's executor did not write it (inserted?)")
+        if verify
+        else _LineRefused("blank", "is blank")
+    )
     for number, raw, terminated in _lines(stream, settings.max_line_bytes, settings.max_file_bytes):
         lines = number
+        if terminated and raw == b"":
+            refuse(number, empty)
+            previous_altered = None
+            continue
         authentic: str | None = None
         altered_mac: str | None = None
         try:
@@ -452,9 +479,17 @@ def read_journal(
         end = lines + 1
         if head is None:
             if expect_head:
-                refuse(end, _LineRefused("head_missing", "(the end): the journal's sealed head file is missing"))
+                refuse(
+                    end,
+                    _LineRefused("head_missing", "(the end): the journal's sealed head file is missing"),
+                    listed=True,
+                )
         elif sealed is None:
-            refuse(end, _LineRefused("head_mismatch", "(the end): the sealed head is not valid under this key"))
+            refuse(
+                end,
+                _LineRefused("head_mismatch", "(the end): the sealed head is not valid under this key"),
+                listed=True,
+            )
         elif not head_reached:
             reached = f"seq {last_signed_seq}" if last_signed_seq is not None else "no signed record"
             refuse(
@@ -464,21 +499,23 @@ def read_journal(
                     f"(the end): the journal reaches {reached} but its sealed head records seq {sealed[0]}: records "
                     "were cut from the end (or altered)",
                 ),
+                listed=True,
             )
     return JournalRead(
         records=tuple(records),
         issues=tuple(issues),
+        issues_omitted=omitted,
+        ambiguous_judgments=tuple(ambiguous),
         lines=lines,
         verification="verified" if verify else "unverified",
-        note=_note(verify, key, issues),
+        note=_note(verify, key, failed_auth),
     )
 
 
-def _note(verify: bool, key: JournalKey | None, issues: list[JournalIssue]) -> str:
+def _note(verify: bool, key: JournalKey | None, failed_auth: int) -> str:
     if verify:
-        bad = sum(1 for issue in issues if issue.code in _AUTH_CODES)
-        if bad:
-            return f"verified with this home's key: {bad} line(s) failed authentication (see issues)"
+        if failed_auth:
+            return f"verified with this home's key: {failed_auth} line(s) failed authentication (see issues)"
         return "verified with this home's key: every accepted line is authentic and the chain is whole"
     if key is None:
         return "this home has no journal key; the journal was read UNVERIFIED (it may have been altered)"

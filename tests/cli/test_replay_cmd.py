@@ -343,7 +343,10 @@ def test_replay_refuses_a_journal_over_max_file_bytes(tmp_path: Path, home: Path
     assert result.exit_code == 2
     assert "over journal.max_file_bytes (1048576); raise the limit" in json.loads(result.stdout)["error"]
     result = _invoke(["--json", "replay", str(journal)], home, env={"EXECUTOR_JOURNAL__MAX_FILE_BYTES": "4m"})
-    assert result.exit_code == 0 and json.loads(result.stdout)["records"] == 12
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0 and report["records"] == 12 and report["journal_errors"] is True
+    # Two million empty lines are two million refusals: the report lists journal.max_issues of them.
+    assert (len(report["errors"]), report["errors_omitted"]) == (1000, 2 * 1024 * 1024 - 1000)
 
 
 def test_max_file_bytes_default_and_bounds() -> None:

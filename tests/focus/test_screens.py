@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executor.focus.sanitize import _CREDENTIALS, _Redactor
@@ -15,11 +15,13 @@ from executor.injection import _INSTRUCTION, _PATTERNS, _matches
 
 
 @pytest.mark.parametrize("index", range(len(_PATTERNS)))
-@settings(max_examples=100, deadline=None)
+# Hypothesis draws a match of a `\b` by drawing and filtering, so patterns made of word boundaries filter many draws:
+# that is the strategy's cost, not a sign of a narrow domain.
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_match_holds_one_of_its_patterns_triggers(index: int, data: st.DataObject) -> None:
     pattern, triggers = _PATTERNS[index]
-    text = data.draw(st.from_regex(re.compile(pattern)))
+    text = data.draw(st.from_regex(re.compile(pattern), alphabet=st.characters(max_codepoint=127)))
     assert any(trigger in text for trigger in triggers), f"{text!r} matches pattern {index} without a trigger"
     assert _matches(text)
 

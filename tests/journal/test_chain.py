@@ -211,3 +211,16 @@ def test_a_stream_is_read_no_further_than_max_file_bytes() -> None:
     assert "larger than journal.max_file_bytes (1048576)" in read.issues[-1].message
     assert sum(len(raw) for raw in lines[: len(read.records)]) <= 1024 * 1024 < len(data)
     assert [issue.code for issue in read.issues[:-1]] in ([], ["truncated"])
+
+
+def test_the_end_of_a_journal_is_reported_past_max_issues(home: Path) -> None:
+    """A cut-off head is listed even when the lines before it used up journal.max_issues, and the note counts
+    every line that failed authentication, listed or not."""
+    path = _signed(home)
+    with path.open("ab") as raw:
+        raw.write(b"\n\n\n")
+    head_path(path).unlink()
+    read = read_journal_file(path, settings=JournalSettings(max_issues=1), key=load_journal_key(home, create=False))
+    assert _codes(read) == [(7, "unsigned"), (10, "head_missing")]
+    assert read.issues_omitted == 2
+    assert "4 line(s) failed authentication" in read.note

@@ -265,3 +265,36 @@ def test_journal_settings_rejected_at_load(field: str, value: object) -> None:
     """An out-of-range journal setting fails to load with an error naming the field."""
     with pytest.raises(ConfigError, match=rf"journal\.{field}"):
         load_settings(overrides={"journal": {field: value}})
+
+
+def test_max_issues_lists_the_first_refusals_and_counts_the_rest() -> None:
+    """Past journal.max_issues refused lines are counted, not listed; records after them still read, and a judgment
+    id repeated past the cap is still ambiguous."""
+    settings = JournalSettings(max_issues=2)
+    data = (
+        journal_bytes(judgment("j1", "a1", {"risk": 0}))
+        + b"\n\n{oops\n"
+        + line(judgment("j1", "a2", {"risk": 3}), 5)
+        + line(SessionClosed(), 6)
+    )
+    result = _read(data, settings)
+    assert _codes(result) == [(2, "blank"), (3, "blank")]
+    assert result.issues_omitted == 2
+    assert result.ambiguous_judgments == ("j1",)
+    assert [record.line for record in result.records] == [1, 6]
+    unbounded = _read(data)
+    assert _codes(unbounded) == [(2, "blank"), (3, "blank"), (4, "invalid_json"), (5, "duplicate_judgment_id")]
+    assert unbounded.issues_omitted == 0
+
+
+def test_a_file_of_newlines_reads_to_a_bounded_report() -> None:
+    """A megabyte of empty lines is a million refusals: the report lists max_issues of them and counts the rest."""
+    result = _read(b"\n" * (1024 * 1024), JournalSettings(max_issues=3))
+    assert (len(result.issues), result.issues_omitted, result.lines) == (3, 1024 * 1024 - 3, 1024 * 1024)
+
+
+def test_max_issues_default_and_rejection() -> None:
+    """journal.max_issues defaults to 1000 and refuses 0 at load."""
+    assert load_settings().journal.max_issues == 1000
+    with pytest.raises(ConfigError, match=r"journal\.max_issues"):
+        load_settings(overrides={"journal": {"max_issues": 0}})
