@@ -16,7 +16,8 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── SandboxLost                       the session's container went away mid-action
     │   ├── SessionUnhealthy                  the session's agent stopped answering (paused, frozen): recreate it
     │   └── AgentError                        the in-container agent
-    │       └── AgentProtocolError            a malformed frame or a version mismatch
+    │       ├── AgentProtocolError            a malformed frame or a version mismatch
+    │       └── SpawnFailed                   the agent could not start a command (fork at the pids limit, ...)
     ├── CommandError                          the bash tool
     │   ├── CommandRejected (ValueError)      refused before anything ran (size, timeout above the cap)
     │   └── TaskNotFound (LookupError)        no such background task (or not yours)
@@ -83,6 +84,7 @@ __all__ = [
     "SessionNotFound",
     "SessionRejected",
     "SessionUnhealthy",
+    "SpawnFailed",
     "StreamNotFound",
     "TaskNotFound",
     "UnsafeTarget",
@@ -147,6 +149,12 @@ class AgentError(SandboxError):
 
 class AgentProtocolError(AgentError):
     """A malformed frame, an oversized length or a protocol version mismatch."""
+
+
+class SpawnFailed(AgentError):
+    """The agent could not start a command: a fork refused at the session's pids limit, no descriptors for its
+    pipes, or a step between fork and exec (the message names it). A missing working directory is the caller's
+    input and leaves the tools as :class:`CommandRejected`."""
 
 
 class CommandError(ExecutorError):

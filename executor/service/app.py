@@ -31,7 +31,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from executor.artifacts import tee_captures
 from executor.errors import (
-    AgentError,
     ApprovalNotFound,
     ArtifactError,
     CommandRejected,
@@ -45,6 +44,7 @@ from executor.errors import (
     PatternTimeout,
     SandboxError,
     SessionNotFound,
+    SpawnFailed,
     StreamNotFound,
     TaskNotFound,
     WriteError,
@@ -124,10 +124,10 @@ def _status_of(exc: ExecutorError) -> int:
         return 400
     if isinstance(exc, WriteError):
         return 409
-    if isinstance(exc, AgentError) and "(spawn_failed)" in str(exc):
-        # The command could not start (a missing cwd): the caller's input, not the sandbox failing. The session
-        # layer raises it as an agent error; it belongs there as CommandRejected.
-        return 400
+    if isinstance(exc, SpawnFailed):
+        # The session cannot start a process now (its pids limit, descriptors): a later call may succeed once
+        # what runs in it ends. A missing cwd never gets here: the tools raise it as CommandRejected.
+        return 503
     if isinstance(exc, SandboxError):
         return 502
     return 503
@@ -363,11 +363,12 @@ class _Api:
 
         self.service.spawn(job)
         # The stream begins once the command has started (or the gate answered, or it asks for an approval): a
-        # command that cannot start (a cwd that does not exist) is then a plain error response, like other input.
+        # command that cannot start is then a plain error response: a cwd that does not exist like other input
+        # (400), a session that cannot start a process now (its pids limit) like a busy service (503).
         await live.begun.wait()
         failed = live.failed_before_start()
-        if failed is not None and failed.error.type in _REJECTED_BEFORE_START:
-            return _error(400, failed.error.type, failed.error.message)
+        if failed is not None and failed.error.type in _STATUS_BEFORE_START:
+            return _error(_STATUS_BEFORE_START[failed.error.type], failed.error.type, failed.error.message)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
@@ -714,8 +715,14 @@ def _validation_message(exc: ValidationError) -> str:
     return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
 
 
-_REJECTED_BEFORE_START: Final = frozenset({"CommandRejected", "PathRejected", "ContentRejected"})
-"""Errors of an exec that mean the caller's input was refused before anything ran (a 400, not a stream)."""
+_STATUS_BEFORE_START: Final = {
+    "CommandRejected": 400,
+    "PathRejected": 400,
+    "ContentRejected": 400,
+    "SpawnFailed": 503,
+}
+"""Errors of an exec before anything ran that are a plain response, not a stream: the caller's input refused
+(400), or a session that cannot start a process now (503)."""
 
 _TEXT_STREAMS: Final = frozenset({"stdout", "stderr", "stdout_complete", "stderr_complete"})
 

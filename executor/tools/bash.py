@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from executor.config import BashSettings, Profile
-from executor.errors import CommandRejected
+from executor.errors import CommandRejected, SpawnFailed
 from executor.models import RunSpec, StdinFile
 
 __all__ = ["build_run_spec", "cwd_rejection", "resolve_cwd"]
@@ -48,6 +48,8 @@ def resolve_cwd(cwd: str | None, profile: Profile) -> str:
 def cwd_rejection(error: Exception, cwd: str) -> CommandRejected | None:
     """The caller's error hidden in the agent's refusal to start a command in ``cwd`` (the directory is missing,
     not a directory, or not enterable by the session user), or None when ``error`` is something else."""
+    if not isinstance(error, SpawnFailed):
+        return None
     text = str(error)
     marker = "could not start the command: chdir: "
     if marker not in text:

@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
-from executor.errors import ExecutorError, ServiceUnavailable, SessionNotFound
+from executor.errors import ExecutorError, ServiceUnavailable, SessionNotFound, SpawnFailed
 from tests.service.conftest import ServiceProcess, new_name, service_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -230,3 +231,32 @@ def test_a_held_named_session_idle_past_its_limit_keeps_its_workspace(service_fa
             assert again.idle_limit_s == 2 and client.exec(name, "cat note").stdout == b"kept\n"
     finally:
         _stop_named(service, name)
+
+
+def test_a_session_at_its_pids_limit_answers_503_until_its_processes_end(service_factory: Any) -> None:
+    """A command the session cannot start (its pids limit is full) is a 503 naming SpawnFailed, not a 400: nothing
+    is wrong with the request, and once the processes that fill the limit end the same request runs."""
+    service: ServiceProcess = service_factory(profiles__default__pids="32")
+    service.start()
+    with service.client() as client:
+        session = client.create_session().id
+        task = client.start_task(session, "for i in $(seq 1 64); do sleep 300 & done; wait")
+        assert task.data is not None
+        refused: list[SpawnFailed] = []
+
+        def spawn_refused() -> bool:
+            try:
+                client.exec(session, "true")
+            except SpawnFailed as exc:
+                refused.append(exc)
+                return True
+            return False
+
+        _poll(spawn_refused, 60, "the task to fill the pids limit")
+        assert "fork" in str(refused[0]) and "pids limit" in str(refused[0])
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(service.socket))) as raw:
+            answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true"})
+        assert answer.status_code == 503 and answer.json()["error"]["type"] == "SpawnFailed", answer.text[:2000]
+        client.stop_task(session, str(task.data["task_id"]))
+        _poll(lambda: not spawn_refused(), 60, "the session to start processes again")
+        assert client.exec(session, "echo back").stdout == b"back\n"

@@ -31,7 +31,7 @@ from typing import Literal
 
 import trio
 
-from executor.errors import AgentError, AgentProtocolError, SandboxLost, SessionUnhealthy, TaskNotFound
+from executor.errors import AgentError, AgentProtocolError, SandboxLost, SessionUnhealthy, SpawnFailed, TaskNotFound
 from executor.models import CaptureSink, ProcInfo, RunResult, RunSpec, StdinFile
 from executor.sandbox.agent.protocol import (
     FRAME_MAX_MAX,
@@ -488,6 +488,8 @@ def _raise_error(frame: Frame) -> None:
     message = fields.text(Tag.MSG)
     if code == "no_task":
         raise TaskNotFound(f"{message}; list_tasks() shows the ones the agent knows")
+    if code == "spawn_failed":
+        raise SpawnFailed(f"the agent refused the request ({code}): {message}")
     raise AgentError(f"the agent refused the request ({code}): {message}")
 
 
