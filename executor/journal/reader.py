@@ -104,6 +104,8 @@ _SKIP_CHUNK = 64 * 1024
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _BOM = b"\xef\xbb\xbf"
+_UNSIGNED = "carries no MAC: this home's executor did not write it (inserted?)"
+_BLANK = "is blank"
 
 
 class _Model(BaseModel):
@@ -238,7 +240,7 @@ def _decode(raw: bytes, max_depth: int) -> dict[str, Any]:
     if b"\x00" in raw:
         raise _LineRefused("nul", "contains NUL bytes (padding after a crash?)")
     if not raw.strip():
-        raise _LineRefused("blank", "is blank")
+        raise _LineRefused("blank", _BLANK)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -387,17 +389,14 @@ def read_journal(
         if len(issues) >= settings.max_issues and not listed:
             omitted += 1
             return
+        # The message is made only for a listed issue: a file of garbage is mostly counted.
         issues.append(
             JournalIssue(line=number, code=exc.code, message=f"journal line {number} {exc.message}", ref=exc.ref)
         )
 
     # An empty line is refused as the full checks would refuse it (it carries no MAC, so a verified read calls it
     # unsigned), without them: a file of newlines is the cheapest garbage there is.
-    empty = (
-        _LineRefused("unsigned", "carries no MAC: this home's executor did not write it (inserted?)")
-        if verify
-        else _LineRefused("blank", "is blank")
-    )
+    empty = _LineRefused("unsigned", _UNSIGNED) if verify else _LineRefused("blank", _BLANK)
     for number, raw, terminated in _lines(stream, settings.max_line_bytes, settings.max_file_bytes):
         lines = number
         if terminated and raw == b"":
@@ -425,7 +424,7 @@ def read_journal(
             if verify:
                 assert key is not None
                 if mark is None:
-                    raise _LineRefused("unsigned", "carries no MAC: this home's executor did not write it (inserted?)")
+                    raise _LineRefused("unsigned", _UNSIGNED)
                 if mark.key_id != key.key_id:
                     raise _LineRefused(
                         "foreign_key", f"is signed by another key ({mark.key_id}), not this home's ({key.key_id})"

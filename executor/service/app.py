@@ -367,8 +367,9 @@ class _Api:
         # (400), a session that cannot start a process now (its pids limit) like a busy service (503).
         await live.begun.wait()
         failed = live.failed_before_start()
-        if failed is not None and failed.error.type in _STATUS_BEFORE_START:
-            return _error(_STATUS_BEFORE_START[failed.error.type], failed.error.type, failed.error.message)
+        plain = _PLAIN_BEFORE_START.get(failed.error.type) if failed is not None else None
+        if failed is not None and plain is not None:
+            return _error(_status_of(plain(failed.error.message)), failed.error.type, failed.error.message)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
@@ -715,14 +716,11 @@ def _validation_message(exc: ValidationError) -> str:
     return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
 
 
-_STATUS_BEFORE_START: Final = {
-    "CommandRejected": 400,
-    "PathRejected": 400,
-    "ContentRejected": 400,
-    "SpawnFailed": 503,
+_PLAIN_BEFORE_START: Final[dict[str, type[ExecutorError]]] = {
+    cls.__name__: cls for cls in (CommandRejected, PathRejected, ContentRejected, SpawnFailed)
 }
-"""Errors of an exec before anything ran that are a plain response, not a stream: the caller's input refused
-(400), or a session that cannot start a process now (503)."""
+"""Errors of an exec before anything ran that are a plain response (status by :func:`_status_of`), not a stream:
+the caller's input refused, or a session that cannot start a process now."""
 
 _TEXT_STREAMS: Final = frozenset({"stdout", "stderr", "stdout_complete", "stderr_complete"})
 
