@@ -5,16 +5,18 @@ Every model is frozen and forbids unknown fields; variants carry a ``kind`` disc
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shlex
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, field_validator
 
 __all__ = [
     "Action",
     "Answer",
+    "Base64Bytes",
     "BashAction",
     "CaptureSink",
     "Cause",
@@ -33,6 +35,20 @@ __all__ = [
     "WriteAction",
     "canonical_json",
 ]
+
+
+def _standard_base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+Base64Bytes = Annotated[
+    bytes,
+    PlainSerializer(_standard_base64, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "byte", "contentEncoding": "base64"}),
+]
+"""Bytes that JSON carries as standard base64 (RFC 4648 section 4: ``+`` and ``/``, padded), what ``base64 -d``
+and ``base64.b64decode`` read; a model that reads them from JSON (``val_json_bytes="base64"``) takes the URL-safe
+alphabet too. Python keeps them as bytes."""
 
 
 class _Model(BaseModel):

@@ -3,9 +3,8 @@
 Every model is frozen and forbids extra fields. Positions are given in the stream's *true* coordinates: line
 numbers and byte offsets as the command produced them, even after a capture cap dropped a middle part.
 
-Bytes that are not UTF-8 are never lost: ``ReadPage.data`` holds the exact stored bytes (in JSON: base64 with the
-URL-safe alphabet of RFC 4648 section 5, ``-`` and ``_`` for ``+`` and ``/``, padded; decode it with
-``base64.urlsafe_b64decode``, since a standard decoder silently drops ``-`` and ``_``) and
+Bytes that are not UTF-8 are never lost: ``ReadPage.data`` holds the exact stored bytes (in JSON: standard base64,
+``executor.models.Base64Bytes``) and
 ``ReadPage.text`` their display form, with every byte that is not part of a valid UTF-8 sequence written as
 ``\\xNN`` (Python's ``backslashreplace``). Pages never split a valid code point, so the display form of a
 concatenation equals the concatenation of the display forms.
@@ -14,6 +13,8 @@ concatenation equals the concatenation of the display forms.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, computed_field
+
+from executor.models import Base64Bytes
 
 __all__ = [
     "ArtifactRecord",
@@ -33,7 +34,7 @@ def display(data: bytes) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, ser_json_bytes="base64")
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
 
 
 class StreamInfo(_Model):
@@ -92,7 +93,7 @@ class ReadPage(_Model):
     """The artifact read."""
     stream: str
     """The stream read."""
-    data: bytes
+    data: Base64Bytes
     """The exact stored bytes of this page; concatenating every page's ``data`` reproduces the stored stream."""
     start_line: int
     """True line number of the first byte of the page."""

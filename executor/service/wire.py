@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from executor.models import RunResult
+from executor.models import Base64Bytes, RunResult
 
 __all__ = [
     "API_VERSION",
@@ -59,9 +59,7 @@ Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "den
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, ser_json_bytes="base64", val_json_bytes="base64"
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
 
 
 class ErrorInfo(_Wire):
@@ -137,7 +135,7 @@ class ExecRequest(_Wire):
     """Working directory (default: the workspace)."""
     env: dict[str, str] | None = None
     """Extra environment entries."""
-    stdin: bytes | None = None
+    stdin: Base64Bytes | None = None
     """Bytes for stdin (base64), then closed; unset: /dev/null."""
     timeout_ms: int | None = Field(None, ge=1)
     """Deadline (default ``bash.timeout_ms``, at most ``bash.max_timeout_ms``)."""
@@ -180,9 +178,9 @@ class Result(_Wire):
 class ExecResult(Result):
     """A bash result with the raw streams (each bounded by ``service.result_stream_max_bytes``)."""
 
-    stdout: bytes = b""
+    stdout: Base64Bytes = b""
     """The command's raw stdout (base64), from its first byte."""
-    stderr: bytes = b""
+    stderr: Base64Bytes = b""
     """The command's raw stderr (base64), from its first byte."""
     stdout_whole: bool = True
     """``stdout`` is all of it (else read the artifact)."""
@@ -201,7 +199,7 @@ class ChunkEvent(_Wire):
     kind: Literal["chunk"] = "chunk"
     stream: Literal["stdout", "stderr"]
     """Which stream."""
-    data: bytes
+    data: Base64Bytes
     """The bytes (base64)."""
 
 
@@ -254,7 +252,7 @@ class PageEvent(_Wire):
     kind: Literal["page"] = "page"
     result: Result
     """The page, as ``task`` read returns it (``data.next_offset`` continues)."""
-    data: bytes = b""
+    data: Base64Bytes = b""
     """The page's raw bytes (base64), ``data.offset`` to ``data.next_offset`` of the stream; bytes that are not
     UTF-8 come as U+FFFD (the one loss)."""
 
@@ -268,7 +266,7 @@ class WriteRequest(_Wire):
 
     path: str = Field(min_length=1, max_length=4096)
     """The file's path (relative: inside the workspace)."""
-    content: bytes
+    content: Base64Bytes
     """The content (base64)."""
     parents: bool = False
     """Create missing parent folders first (a gated ``mkdir -p``)."""

@@ -16,7 +16,7 @@ from typing import Final, Literal, Protocol, TypeAlias
 from pydantic import BaseModel, ConfigDict
 
 from executor.gate.approvals import ApprovalHandler
-from executor.models import RunResult, StdinFile
+from executor.models import Base64Bytes, RunResult, StdinFile
 from executor.sandbox.base import SessionInfo
 
 __all__ = [
@@ -94,15 +94,15 @@ class ToolResult(BaseModel):
 class ExecResult(BaseModel):
     """What one raw exec returns: whole output bytes and the exit status, for programs (no model view)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
 
     outcome: Outcome
     """How the call ended (``denied``/``blocked``: the gate refused it and nothing ran; see ``text``)."""
     exit_code: int | None
     """Shell-style status (128+N for signal N); None when nothing ran or the sandbox was lost."""
-    stdout: bytes = b""
+    stdout: Base64Bytes = b""
     """The command's whole stdout, up to ``max_output_bytes`` (then ``stdout_truncated``)."""
-    stderr: bytes = b""
+    stderr: Base64Bytes = b""
     """The command's whole stderr, up to ``max_output_bytes``."""
     stdout_truncated: bool = False
     """More stdout was produced than ``max_output_bytes``; the stored artifact keeps its head and tail."""
@@ -121,11 +121,11 @@ class ExecResult(BaseModel):
 class FileContent(BaseModel):
     """A file read from the session's container by ``read_file``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
 
     path: str
     """The resolved absolute path read."""
-    data: bytes
+    data: Base64Bytes
     """The file's whole content."""
     sha256: str | None
     """Hex SHA-256 of the content, as the agent computed it while reading."""
@@ -140,7 +140,7 @@ class FileContent(BaseModel):
 class ArtifactBytes(BaseModel):
     """Raw stored bytes of an artifact's stream (``read_artifact``): no rendering, sanitizing or journaling."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
 
     artifact_id: str
     """The artifact."""
@@ -148,7 +148,7 @@ class ArtifactBytes(BaseModel):
     """The stream read."""
     offset: int
     """Stored offset of ``data``."""
-    data: bytes
+    data: Base64Bytes
     """The bytes from ``offset``."""
     stored_bytes: int
     """Bytes the store holds for this stream; read on from ``offset + len(data)`` until it is reached."""

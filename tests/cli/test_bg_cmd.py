@@ -105,7 +105,10 @@ def test_read_follow_prints_lines_as_they_come_and_exits_with_the_tasks_code(eit
     seeing the line), then the rest, and exits with the task's own code, in-process and over a service."""
     home = either_home
     with named_session(home) as name:
-        script = "echo one; while [ ! -e go ]; do sleep 0.05; done; printf 'two é\\n'; exit 3"
+        # The second line's pages in base64 hold ``+`` and ``/`` (``???`` and ``>>>`` at every alignment): the
+        # follower must decode the service's alphabet, not drop those characters.
+        second = "two é ???.???..??? >>>.>>>..>>>\n"
+        script = f"echo one; while [ ! -e go ]; do sleep 0.05; done; printf '{second.rstrip()}\\n'; exit 3"
         started = cli(home, "bg", "start", "--session", name, "--create", "--json", "--", script)
         assert started.code == 0, started.stderr
         task = started.json()["task_id"]
@@ -121,7 +124,7 @@ def test_read_follow_prints_lines_as_they_come_and_exits_with_the_tasks_code(eit
                 assert _read_line(proc, deadline) == b"one\n"
                 assert proc.poll() is None  # the task waits for the file: the follower does too
                 assert cli(home, "exec", "--session", name, "--", "touch go").code == 0
-                assert _read_line(proc, deadline) == "two é\n".encode()
+                assert _read_line(proc, deadline) == second.encode()
                 assert proc.wait(timeout=60) == 3
                 assert proc.stdout is not None and proc.stdout.read() == b""
             finally:

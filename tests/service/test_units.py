@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -161,6 +162,47 @@ def test_openapi_document_is_valid() -> None:
     document = openapi_document("0")
     validate(document)
     assert {"/v1/sessions", "/v1/approvals", "/v1/metrics", "/v1/sessions/{session}/files"} <= set(document["paths"])
+
+
+def test_every_bytes_field_is_standard_base64_in_json() -> None:
+    """Bytes on the wire (and in the artifact and session models) are RFC 4648 section 4 base64, what ``base64 -d``
+    and a curl user's decoder read, and the document says so; they are read back from either alphabet."""
+    import base64
+
+    from pydantic import BaseModel
+
+    from executor.artifacts.models import ReadPage
+    from executor.service import wire
+    from executor.session.api import ArtifactBytes, FileContent
+    from executor.session.api import ExecResult as RawResult
+
+    data = b">>>???\xfb\xff\xbf"
+    standard = base64.b64encode(data).decode()
+    assert "+" in standard and "/" in standard
+    models = [m for m in vars(wire).values() if isinstance(m, type) and issubclass(m, BaseModel) and m is not BaseModel]
+    models += [ReadPage, ArtifactBytes, FileContent, RawResult]
+    seen = 0
+    for model in models:
+        schema = model.model_json_schema(mode="serialization")
+        for name, field in model.model_fields.items():
+            if "bytes" not in str(field.annotation):
+                continue
+            seen += 1
+            prop = schema["properties"][name]
+            formats = [option.get("format") for option in prop.get("anyOf", [prop]) if option.get("type") == "string"]
+            assert formats == ["byte"], (model.__name__, name)
+            values: dict[str, Any] = {name: data}
+            holding = model.model_construct(**values)
+            assert holding.model_dump(mode="json", include={name}) == {name: standard}
+            dumped = holding.model_dump_json(include={name})
+            assert dumped == f'{{"{name}":"{standard}"}}', (model.__name__, name)
+    assert seen >= 10
+    for text in (standard, base64.urlsafe_b64encode(data).decode()):
+        page = wire.PageEvent.model_validate_json(
+            wire.PageEvent(result=wire.Result(tool="task_read", outcome="completed", text="")).model_dump_json()[:-1]
+            + f',"data":"{text}"}}'
+        )
+        assert page.data == data
 
 
 def test_tee_sees_every_chunk_and_the_artifact_id(tmp_path: object) -> None:

@@ -9,7 +9,6 @@ answered here: it comes back blocked (exit 75); run without a service to be aske
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from executor.cli import shapes
-from executor.cli.thin.transport import Connection, Response, ServiceError, Unreachable, segment
+from executor.cli.thin.transport import Connection, Response, ServiceError, Unreachable, decode_bytes, segment
 from executor.tools.archive import ArchiveStats, TarPacker, extract_tar
 
 __all__ = ["CpUsage", "Side", "cp_json", "parse_side", "plan", "run_cp"]
@@ -139,8 +138,8 @@ def _error(response: Response) -> ServiceError:
 
 def _stderr_of(result: Mapping[str, Any]) -> str:
     try:
-        return base64.b64decode(str(result.get("stderr") or "")).decode("utf-8", "replace")
-    except ValueError:
+        return decode_bytes(result.get("stderr"), "a result's stderr").decode("utf-8", "replace")
+    except ServiceError:
         return ""
 
 

@@ -33,6 +33,7 @@ from executor.cli.thin.transport import (
     ServiceError,
     Target,
     Unreachable,
+    decode_bytes,
     find_service,
     open_connection,
     segment,
@@ -482,9 +483,9 @@ def _exec(client: _Client, parsed: Parsed) -> int:
             result,
             code=code,
             session=seen.get("session"),
-            stdout=base64.b64decode(result.get("stdout") or ""),
+            stdout=decode_bytes(result.get("stdout"), "a result's stdout"),
             stdout_complete=bool(result.get("stdout_whole", True)),
-            stderr=base64.b64decode(result.get("stderr") or ""),
+            stderr=decode_bytes(result.get("stderr"), "a result's stderr"),
             stderr_complete=bool(result.get("stderr_whole", True)),
         )
         out.emit(data, "")
@@ -802,7 +803,7 @@ def _bg_follow(client: _Client, parsed: Parsed, task: str, stream: str, offset: 
                 if event.get("kind") == "error":
                     error = event.get("error") or {}
                     raise ServiceError(404, str(error.get("type")), str(error.get("message")))
-                data = base64.b64decode(event.get("data") or "")
+                data = decode_bytes(event.get("data"), "a page")
                 if data:
                     out.write(data)
                     out.flush()

@@ -15,6 +15,8 @@ also means "no service here": the in-process path then reads the settings proper
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import socket
@@ -29,6 +31,7 @@ __all__ = [
     "ServiceError",
     "Target",
     "Unreachable",
+    "decode_bytes",
     "default_home",
     "find_service",
     "open_connection",
@@ -59,6 +62,24 @@ class ServiceError(Exception):
     def code(self) -> int:
         """This process's exit status for it: 2 for the caller's input, 125 for the service failing."""
         return 2 if self.status in _USAGE_STATUSES else 125
+
+
+_URL_SAFE: Final = bytes.maketrans(b"-_", b"+/")
+
+
+def decode_bytes(value: object, what: str) -> bytes:
+    """Bytes the service sent as base64 (``executor.models.Base64Bytes``: the standard alphabet; an older service
+    sent the URL-safe one, taken too). Anything else is the service failing, never silently wrong bytes.
+
+    Raises:
+        ServiceError: ``value`` is not base64.
+    """
+    if not value:
+        return b""
+    try:
+        return base64.b64decode(str(value).encode("ascii").translate(_URL_SAFE), validate=True)
+    except (UnicodeEncodeError, binascii.Error):
+        raise ServiceError(502, "ExecutorError", f"the service sent {what} that is not base64") from None
 
 
 class Target:

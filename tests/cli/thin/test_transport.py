@@ -3,6 +3,7 @@ URL forms; and the raw HTTP client against a real listener (pure: no engine)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import threading
@@ -15,11 +16,25 @@ import pytest
 from executor.cli.thin.transport import (
     ServiceError,
     Unreachable,
+    decode_bytes,
     default_home,
     find_service,
     open_connection,
     segment,
 )
+
+
+def test_decode_bytes_reads_both_alphabets_and_refuses_anything_else() -> None:
+    """The service's base64 comes back exactly, in the standard alphabet or the URL-safe one (never with characters
+    silently dropped); text that is not base64 is the service failing (exit 125), not wrong bytes."""
+    data = bytes(range(256)) * 3
+    assert decode_bytes(base64.b64encode(data).decode(), "x") == data
+    assert decode_bytes(base64.urlsafe_b64encode(data).decode(), "x") == data
+    assert decode_bytes(None, "x") == decode_bytes("", "x") == b""
+    for bad in ("Pz8", "P z8/", "Pz8/!", "é"):
+        with pytest.raises(ServiceError, match="not base64") as caught:
+            decode_bytes(bad, "a page")
+        assert caught.value.code == 125
 
 
 @pytest.mark.parametrize(
