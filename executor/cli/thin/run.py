@@ -916,6 +916,15 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return out.fail("interrupted", shapes.EXIT_INTERRUPTED, "cancelled")
     except BrokenPipeError:
         return shapes.EXIT_FAILURE
+    except Exception as exc:
+        # Nothing leaves as a traceback: an answer this client cannot read (a service of another version, a proxy
+        # in the way) or a bug here is the executor failing, said in one line.
+        detail = " ".join(str(exc).split())[:300]
+        return out.fail(
+            f"internal error ({type(exc).__name__}{': ' + detail if detail else ''}) talking to the service at "
+            f"{target.label}; check that it runs this executor's version, and report it if so",
+            shapes.EXIT_FAILURE,
+        )
     finally:
         conn.close()
 

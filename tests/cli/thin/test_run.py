@@ -7,9 +7,11 @@ import json
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,6 +130,77 @@ def test_an_executor_url_that_does_not_answer_is_exit_125(stale_home: Path, url:
     assert ran.stderr.startswith(f"error: no executor service answers at EXECUTOR_URL={url} (")
     as_json = cli(stale_home, "--json", "session", "ls", env={"EXECUTOR_URL": url})
     assert as_json.code == 125 and f"EXECUTOR_URL={url}" in as_json.json()["error"]
+
+
+def _garbled_service(path: Path, answers: dict[bytes, bytes]) -> threading.Thread:
+    """A unix socket that answers each request whose line starts with a key with that canned response (keep-alive,
+    one connection at a time); it runs until the socket file is removed."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    listener.settimeout(0.2)
+
+    def serve() -> None:
+        with listener:
+            while path.exists():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    conn.settimeout(10)
+                    data = b""
+                    while True:  # keep-alive: requests until the client closes (bodies are small: one recv)
+                        while b"\r\n\r\n" not in data:
+                            got = conn.recv(65536)
+                            if not got:
+                                break
+                            data += got
+                        if not data:
+                            break
+                        answer = next((a for key, a in answers.items() if data.startswith(key)), b"")
+                        conn.sendall(answer or b"HTTP/1.1 500 Oops\r\ncontent-length: 0\r\n\r\n")
+                        data = b""
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_an_answer_the_cli_cannot_read_is_one_line_and_exit_125(stale_home: Path) -> None:
+    """A service that answers something this client cannot read (not JSON, an event frame that is not JSON, a
+    result whose bytes are not base64) makes the thin CLI fail in one line, exit 125, never a traceback."""
+    path = stale_home / "garbled.sock"
+    result = json.dumps({"kind": "result", "result": {"outcome": "completed", "exit_code": 0, "stdout": "Pz8"}})
+
+    def frames(payload: bytes) -> bytes:
+        frame = struct.pack(">B3xI", 3, len(payload)) + payload
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: {EXEC_FRAMES}\r\ncontent-length: {len(frame)}\r\n\r\n"
+        return head.encode() + frame
+
+    answers = {
+        b"GET /v1/sessions ": b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 5\r\n\r\n{oops",
+        b"POST /v1/sessions/bad/exec ": frames(b"{not json"),
+        b"POST /v1/sessions/b64/exec ": frames(result.encode()),
+        b"GET /v1/sessions/b64 ": b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+    }
+    thread = _garbled_service(path, answers)
+    env = {"EXECUTOR_URL": f"unix://{path}"}
+    try:
+        for words in (
+            ("session", "ls"),
+            ("exec", "--session", "bad", "--", "true"),
+            ("--json", "exec", "--session", "b64", "--", "true"),
+        ):
+            ran = cli(stale_home, *words, env=env)
+            said = ran.json()["error"] if "--json" in words else ran.stderr
+            assert ran.code == 125 and "Traceback" not in ran.stdout + ran.stderr, (words, ran.stderr)
+            assert ("not base64" if "--json" in words else f"unix://{path}") in said, (words, said)
+            if "--json" not in words:
+                assert ran.stderr.count("\n") == 1 and ran.stderr.startswith("error: "), ran.stderr
+    finally:
+        path.unlink()
+        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
