@@ -19,7 +19,15 @@ import trio
 from executor.artifacts import SessionArtifacts
 from executor.artifacts.hints import Surface
 from executor.config import Profile, Settings
-from executor.errors import ActionDenied, AgentError, ApprovalRequired, CommandRejected, SandboxLost, WriteError
+from executor.errors import (
+    ActionDenied,
+    AgentError,
+    ApprovalRequired,
+    CommandRejected,
+    SandboxLost,
+    SpawnFailed,
+    WriteError,
+)
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.gate import Gate
 from executor.journal import JournalWriter
@@ -433,8 +441,8 @@ class Session:
                 if rejected is not None:
                     execution.finish(status="rejected")
                     raise rejected from None
-                if "could not start the command" not in str(exc):
-                    raise
+                if not isinstance(exc, SpawnFailed) or "could not start the command: exec: " not in str(exc):
+                    raise  # not the program's execve failing (a fork refused, a setup step): the executor's error
                 # as a shell reports it: 126 found but not executable, 127 not found
                 code = 127 if "No such file" in str(exc) else 126
                 message = f"exec: {words[0]}: {str(exc).rsplit(': ', 1)[-1]}\n".encode()
