@@ -559,13 +559,13 @@ class Service:
             held.closing.set()
             with trio.move_on_after(_CLOSE_BUDGET_S):
                 await held.done.wait()
-            with suppress(SessionNotFound):
-                await self.executor.stop_session(session_id, owner=None)
+            with suppress(SessionNotFound):  # the service checked the caller: act as the session's owner
+                await self.executor.stop_session(session_id, owner=held.session.owner)
             return
         info = await self.executor.backend.find_session(id_or_name)
         if not owns(info.owner, owner):
             raise _not_found(id_or_name)
-        await self.executor.stop_session(info.id, owner=None)
+        await self.executor.stop_session(info.id, owner=info.owner)
 
     def release(self, held: Held) -> None:
         """Stop holding a session whose sandbox is lost: the next request finds it again (or "not found")."""

@@ -268,6 +268,23 @@ def test_two_tokens_see_only_their_own(shared_service: ServiceProcess) -> None:
             wrong.health()
 
 
+def test_a_tokens_named_session_is_stopped_by_that_token(shared_service: ServiceProcess) -> None:
+    """DELETE by the owning token removes its named session, held by the service or not (it answered 204 and kept
+    the container, since the executor was asked as nobody); another token gets "not found" and changes nothing."""
+    with shared_service.tcp_client(TOKEN_A) as a, shared_service.tcp_client(TOKEN_B) as b:
+        for name in ("tok-stop-held", "tok-stop-cold"):
+            made = a.create_session(name=name)
+            if name.endswith("held"):
+                assert a.exec(made.id, "true").outcome == "completed"
+            with pytest.raises(SessionNotFound):
+                b.stop_session(name)
+            assert a.session(name).id == made.id
+            a.stop_session(name)
+            with pytest.raises(SessionNotFound):
+                a.session(name)
+            assert made.id not in {s.id for s in a.list_sessions()}
+
+
 def test_background_task_followed(shared_service: ServiceProcess) -> None:
     """A task's pages arrive as it prints, the follow ends with the task, and stop/list work."""
     with shared_service.client() as client:
