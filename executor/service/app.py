@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 import trio
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -764,6 +764,13 @@ _HINTS_HEADER: Final = "x-executor-hints"
 that reader's words (default: the Python API's)."""
 
 
+class _NoAnswer(Response):
+    """Sends nothing: for a client that is gone."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
+
+
 def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def guarded(request: Request) -> Response:
         try:
@@ -781,6 +788,9 @@ def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Reque
             return _json(exc.result, status=409)
         except ExecutorError as exc:
             return _error(_status_of(exc), type(exc).__name__, str(exc))
+        except ClientDisconnect:
+            # The client went away mid-request: nobody to answer, and an answer would race the server's own.
+            return _NoAnswer()
         except Exception as exc:
             logger.exception("request failed: %s %s", request.method, request.url.path)
             return _error(500, "ExecutorError", f"the service failed ({type(exc).__name__}); see its log")

@@ -285,6 +285,27 @@ def test_a_tokens_named_session_is_stopped_by_that_token(shared_service: Service
             assert made.id not in {s.id for s in a.list_sessions()}
 
 
+def test_clients_that_abort_their_request_bodies_leave_the_service_running(shared_service: ServiceProcess) -> None:
+    """A client that sends part of a body and hangs up (a declared length, or a chunked upload) gets no answer and
+    the service goes on (the app's 500 raced the server's own answer on the same socket and ended the service)."""
+    import socket
+
+    with shared_service.client() as client:
+        session = client.create_session().id
+        heads = [
+            f'POST /v1/sessions/{session}/exec HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n{{"command":',
+            f"PUT /v1/sessions/{session}/files?path=x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+            "400\r\n" + "\0" * 1024 + "\r\n",
+        ]
+        for k in range(40):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+                raw.connect(str(shared_service.socket))
+                raw.sendall(heads[k % 2].encode())
+                time.sleep(0.02)  # let the service start reading the body before the client goes
+        assert client.health()
+        assert client.exec(session, "echo alive").stdout == b"alive\n"
+
+
 def test_background_task_followed(shared_service: ServiceProcess) -> None:
     """A task's pages arrive as it prints, the follow ends with the task, and stop/list work."""
     with shared_service.client() as client:
