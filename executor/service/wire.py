@@ -372,8 +372,8 @@ class TaskReadQuery(_Wire):
 
     stream: Literal["stdout", "stderr"] = "stdout"
     """Which stream."""
-    offset: int = Field(0, ge=0)
-    """Whole-stream byte offset to read from."""
+    offset: int = Field(0, ge=0, le=2**63 - 1)
+    """Whole-stream byte offset to read from (at most 2**63 - 1, what the agent protocol carries)."""
     max_bytes: int = Field(65_536, ge=1, le=1024 * 1024)
     """Most bytes per page."""
     follow: bool = False

@@ -205,6 +205,17 @@ def test_every_bytes_field_is_standard_base64_in_json() -> None:
         assert page.data == data
 
 
+def test_a_task_offset_past_the_agent_protocol_is_refused_as_input() -> None:
+    """An offset the agent protocol cannot carry (a signed 64-bit field) is a 422 at the request, not a 500 later."""
+    from pydantic import ValidationError
+
+    from executor.service.wire import TaskReadQuery
+
+    assert TaskReadQuery(offset=2**63 - 1).offset == 2**63 - 1
+    with pytest.raises(ValidationError, match="less than or equal"):
+        TaskReadQuery(offset=2**63)
+
+
 def test_tee_sees_every_chunk_and_the_artifact_id(tmp_path: object) -> None:
     """A tee registered for a kind sees the chunks of that kind's captures after they are stored, and its id."""
     from pathlib import Path
