@@ -542,7 +542,10 @@ class ServiceSettings(_Section):
     tokens: tuple[str, ...] = ()
     """Bearer tokens; each owns its own sessions, tasks, artifacts and approvals (the unix socket accepts none)."""
     max_request_bytes: Bytes = Field(64 * _MIB, ge=1024, le=4 * 1024 * _MIB)
-    """Largest request body (an upload's tar, a write's content); larger is refused with 413."""
+    """Most bytes a request carries (an upload's tar, a write's content, an exec's stdin), counted decoded: their
+    base64 in a JSON body does not count against it (a JSON body may hold that base64 plus six times
+    `bash.max_command_bytes` plus 1 MiB). More is refused with 413, from the declared length before the body is
+    read when it is that far over."""
     stream_buffer_bytes: Bytes = Field(4 * _MIB, ge=4096, le=1024 * _MIB)
     """Per-stream memory of a live exec stream for a client that reads slower than the command writes; past it the
     bytes wait on disk (``stream_spool_bytes``)."""

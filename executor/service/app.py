@@ -94,6 +94,8 @@ _OWNER_KEY: Final = "executor.owner"
 _NDJSON: Final = "application/x-ndjson"
 _FOLLOW_POLL_S: Final = 0.2
 _VERSION: Final = "0.1.0"
+_JSON_ENVELOPE_BYTES: Final = 1024 * 1024
+"""Room in a JSON body for what is neither the carried bytes nor the command (path, cwd, env, flags)."""
 
 
 class _HttpError(Exception):
@@ -101,6 +103,11 @@ class _HttpError(Exception):
         super().__init__(message)
         self.status = status
         self.type = type_
+
+
+def _too_large(limit: int) -> _HttpError:
+    message = f"the request carries more than {limit} bytes (service.max_request_bytes)"
+    return _HttpError(413, "RequestTooLarge", message)
 
 
 def _status_of(exc: ExecutorError) -> int:
@@ -198,24 +205,35 @@ class _Api:
         owner = request.scope.get(_OWNER_KEY)
         return owner if isinstance(owner, str) else None
 
-    async def body(self, request: Request) -> bytes:
-        limit = self.svc.max_request_bytes
+    def json_limit(self) -> int:
+        """Largest JSON body: ``service.max_request_bytes`` bounds the bytes a request carries (a write's content,
+        an exec's stdin), not their base64, so a JSON body may hold that much base64 beside a command as long as
+        ``bash.max_command_bytes`` in its most escaped JSON form (``\\uXXXX``: six characters a byte)."""
+        carried = self.svc.max_request_bytes
+        return 4 * -(-carried // 3) + 6 * self.service.settings.bash.max_command_bytes + _JSON_ENVELOPE_BYTES
+
+    async def body(self, request: Request, limit: int) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _HttpError(413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)")
+            raise _too_large(self.svc.max_request_bytes)
         parts = bytearray()
         async for chunk in request.stream():
             parts += chunk
             if len(parts) > limit:
-                raise _HttpError(413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)")
+                raise _too_large(self.svc.max_request_bytes)
         return bytes(parts)
 
     async def parse(self, request: Request, model: type[M]) -> M:
-        raw = await self.body(request)
+        raw = await self.body(request, self.json_limit())
         try:
-            return model.model_validate_json(raw or b"{}")
+            parsed = model.model_validate_json(raw or b"{}")
         except ValidationError as exc:
             raise _HttpError(422, "ValidationError", _validation_message(exc)) from exc
+        del raw
+        carried = getattr(parsed, "stdin", None) or getattr(parsed, "content", None)
+        if isinstance(carried, bytes) and len(carried) > self.svc.max_request_bytes:
+            raise _too_large(self.svc.max_request_bytes)
+        return parsed
 
     @staticmethod
     def query(request: Request, model: type[M]) -> M:
@@ -463,12 +481,10 @@ class _Api:
         with spooled_body(self.service.settings.home / "tmp", limit) as spool:
             declared = request.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise _HttpError(413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)")
+                raise _too_large(limit)
             async for chunk in request.stream():
                 if not spool.write(chunk):
-                    raise _HttpError(
-                        413, "RequestTooLarge", f"the body is above {limit} bytes (service.max_request_bytes)"
-                    )
+                    raise _too_large(limit)
             stdin = spool.stdin()
             command = unpack_command(query.path)
             wait = query.approvals == "wait"

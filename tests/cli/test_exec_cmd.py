@@ -3,14 +3,17 @@ gate's codes, timeouts, the raw streams, --view and the --json shape."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from executor.testing.cli import cli, named_session
+from executor.testing.cli import cli, named_session, serving
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -287,3 +290,47 @@ def test_an_ask_is_answered_at_the_terminal(either_home: Path) -> None:
         assert code == 128 and out == b""  # it ran: git says there is no repository (on stderr, the terminal)
         code, out, _ = answered(name, b"n")
         assert code == 77 and out == b""
+
+
+@pytest.mark.docker
+def test_stdin_and_content_up_to_the_bound_pass_on_both_paths(either_home: Path, tmp_path: Path) -> None:
+    """The bound on input is the same in-process and over a service: ``bash.max_stdin_bytes`` (64 MiB) of stdin and
+    ``write.max_bytes`` of content go through whole (their base64 in the service's JSON does not count against
+    ``service.max_request_bytes``), and a byte more is exit 2 naming a setting that bounds it (over a service with
+    the defaults, ``service.max_request_bytes`` is met first)."""
+    home = either_home
+    whole = tmp_path / "whole.bin"
+    whole.write_bytes(bytes(range(256)) * (64 * 1024 * 1024 // 256))
+    over = tmp_path / "over.bin"
+    over.write_bytes(whole.read_bytes() + b"!")
+    with named_session(home) as name:
+        fed = cli(home, "exec", "--session", name, "--create", "--stdin", str(whole), "--", "md5sum | cut -c1-32")
+        assert (fed.code, fed.stdout.strip()) == (0, hashlib.md5(whole.read_bytes()).hexdigest())
+        wrote = cli(home, "write", "--session", name, "copy.bin", "--from", str(whole))
+        assert wrote.code == 0, wrote.stderr
+        assert cli(home, "exec", "--session", name, "--", "wc -c < copy.bin").stdout == f"{64 * 1024 * 1024}\n"
+        refused = cli(home, "exec", "--session", name, "--stdin", str(over), "--", "wc -c")
+        assert refused.code == 2 and re.search(r"max_stdin_bytes|max_request_bytes", refused.stderr), refused.stderr
+        refused = cli(home, "write", "--session", name, "copy.bin", "--from", str(over))
+        assert refused.code == 2 and re.search(r"write\.max_bytes|max_request_bytes", refused.stderr), refused.stderr
+
+
+@pytest.mark.docker
+def test_a_body_the_service_refuses_early_is_exit_2(base_image: str, tmp_path: Path) -> None:
+    """A service that refuses a body from its declared length answers 413 before reading it and closes: the thin
+    CLI reads that answer (exit 2 naming ``service.max_request_bytes``), not "the service went away" (125)."""
+    home = Path(tempfile.mkdtemp(prefix="exc-", dir="/tmp"))
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"z" * (32 * 1024 * 1024))
+    try:
+        with serving(home, service__max_request_bytes="64KiB"), named_session(home) as name:
+            for args in (
+                ("exec", "--session", name, "--create", "--stdin", str(big), "--", "wc -c"),
+                ("write", "--session", name, "big.bin", "--from", str(big)),
+            ):
+                refused = cli(home, *args)
+                assert refused.code == 2, refused.stderr
+                assert "service.max_request_bytes" in refused.stderr and refused.stderr.count("\n") == 1
+    finally:
+        cli(home, "session", "gc")
+        shutil.rmtree(home, ignore_errors=True)

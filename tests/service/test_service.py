@@ -378,14 +378,21 @@ def test_a_gone_client_does_not_stop_the_command(shared_service: ServiceProcess)
 
 
 def test_request_size_is_bounded(service_factory: Any) -> None:
-    """A body above service.max_request_bytes is refused with 413 before it is read whole."""
+    """service.max_request_bytes bounds the bytes a request carries (a write's content, an exec's stdin), not their
+    base64 in JSON: exactly the bound is taken, one byte more is a 413, and a body far past it is refused from its
+    declared length, before it is read."""
     service = service_factory(service__max_request_bytes="2048")
     service.start()
     with service.client() as client:
         session = client.create_session().id
-        with pytest.raises(ExecutorError, match=r"service\.max_request_bytes"):
-            client.write(session, "big.txt", "x" * 4096)
-        assert client.write(session, "small.txt", "x" * 100).outcome == "completed"
+        for over in (2049, 32 * 1024 * 1024):
+            with pytest.raises(ExecutorError, match=r"service\.max_request_bytes"):
+                client.write(session, "big.txt", "x" * over)
+            with pytest.raises(ExecutorError, match=r"service\.max_request_bytes"):
+                client.exec(session, "wc -c", stdin=b"y" * over)
+        assert client.write(session, "whole.txt", "x" * 2048).outcome == "completed"
+        assert client.exec(session, "wc -c < whole.txt").stdout == b"2048\n"
+        assert client.exec(session, "wc -c", stdin=b"y" * 2048).stdout == b"2048\n"
 
 
 def test_unix_socket_is_private_and_openapi_is_valid(shared_service: ServiceProcess) -> None:

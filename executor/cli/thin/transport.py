@@ -398,12 +398,17 @@ class Connection:
             head.append("content-type: application/json")
         if self.target.token:
             head.append(f"authorization: Bearer {self.target.token}")
+        sent = True
         try:
-            self._sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
+            try:
+                self._sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
+            except OSError:
+                sent = False  # the service stopped reading (a refusal of a large body): its answer says why
             response = self._response()
         except OSError as exc:
             self.close()
             raise Unreachable(f"the executor service at {self.target.label} went away ({exc})") from exc
+        response.reusable = response.reusable and sent
         self._last = response
         if response.status >= 400:
             raw = response.read()
@@ -445,6 +450,7 @@ class Connection:
             head += ["transfer-encoding: chunked", f"content-type: {content_type}"]
         if self.target.token:
             head.append(f"authorization: Bearer {self.target.token}")
+        sent = True
         try:
             self._sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
             if body is not None:
@@ -454,7 +460,7 @@ class Connection:
                             self._sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
                     self._sock.sendall(b"0\r\n\r\n")
                 except OSError:
-                    pass  # the service stopped reading (a refusal): its answer says why
+                    sent = False  # the service stopped reading (a refusal): its answer says why
                 except BaseException:
                     self.close()  # the body failed half sent: this connection is unusable
                     raise
@@ -462,6 +468,7 @@ class Connection:
         except OSError as exc:
             self.close()
             raise Unreachable(f"the executor service at {self.target.label} went away ({exc})") from exc
+        response.reusable = response.reusable and sent
         self._last = response
         return response
 
