@@ -70,6 +70,11 @@ from executor.errors import (
     UnsafeTarget,
 )
 
+WORDS_CONTEXT: Final[dict[str, Any]] = {"allow_interspersed_args": False}
+"""Context of a command that takes a command to run (``exec``, ``bg start``): its options end at the first command
+word, as ``docker exec``'s do (``executor exec ls -la`` runs ``ls -la``; ``executor exec echo hi --session x``
+echoes the words). The thin path parses the same way."""
+
 _USAGE_ERRORS: Final = (
     ConfigError,
     ImageNotFound,

@@ -20,7 +20,7 @@ from executor.cli import (
     serve_cmd,
     session_cmd,
 )
-from executor.cli._common import CliState, GuardedGroup
+from executor.cli._common import WORDS_CONTEXT, CliState, GuardedGroup
 from executor.cli.cp_cmd import cp_command
 from executor.cli.exec_cmd import exec_command
 from executor.cli.replay_cmd import replay_command
@@ -41,7 +41,7 @@ app.add_typer(image_cmd.app, name="image")
 app.add_typer(session_cmd.app, name="session")
 app.command("mcp")(mcp_cmd.mcp)
 app.command("serve")(serve_cmd.serve)
-app.command("exec")(exec_command)
+app.command("exec", context_settings=WORDS_CONTEXT)(exec_command)
 app.command("write")(write_command)
 app.command("cp")(cp_command)
 app.add_typer(output_cmd.app, name="output")

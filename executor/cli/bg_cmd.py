@@ -40,7 +40,16 @@ import trio
 import typer
 
 from executor.cli import shapes
-from executor.cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_USAGE, emit, fail, state
+from executor.cli._common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    WORDS_CONTEXT,
+    emit,
+    fail,
+    state,
+)
 from executor.cli.exec_cmd import (
     CliSession,
     command_text,
@@ -75,7 +84,7 @@ def _need_session(session: str | None, *, json_mode: bool) -> str:
     return session
 
 
-@app.command("start")
+@app.command("start", context_settings=WORDS_CONTEXT)
 def start(
     ctx: typer.Context,
     command: list[str] = typer.Argument(..., metavar="-- COMMAND...", help="A bash script, or an argv to quote."),

@@ -334,3 +334,25 @@ def test_a_body_the_service_refuses_early_is_exit_2(base_image: str, tmp_path: P
     finally:
         cli(home, "session", "gc")
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.docker
+def test_options_end_at_the_first_command_word(either_home: Path) -> None:
+    """As with ``docker exec``, options end where the command begins, in-process and over a service alike: later
+    words that look like options (``--session``, ``-la``, ``--``) belong to the command."""
+    home = either_home
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        marked = cli(home, "exec", "--session", name, "--", "touch here")
+        assert marked.code == 0, marked.stderr
+        echoed = cli(home, "exec", "echo", "hi", "--session", name)
+        assert (echoed.code, echoed.stdout) == (0, f"hi --session {name}\n")
+        listed = cli(home, "exec", "--session", name, "ls", "-la")
+        assert listed.code == 0 and re.search(r" here\n", listed.stdout), listed.stderr
+        dashes = cli(home, "exec", "--session", name, "echo", "a", "--", "b")
+        assert (dashes.code, dashes.stdout) == (0, "a -- b\n")
+        started = cli(home, "--json", "bg", "start", "--session", name, "echo", "bg", "--session", "elsewhere")
+        assert started.code == 0, started.stderr
+        task = started.json()["task_id"]
+        followed = cli(home, "bg", "read", task, "--session", name, "--follow")
+        assert followed.stdout == "bg --session elsewhere\n", followed.stderr
