@@ -53,7 +53,7 @@ from executor.mcp.server import owner_for_token
 from executor.models import StdinFile
 from executor.sandbox.agent.client import on_run_started
 from executor.sandbox.base import SessionInfo
-from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, owns
+from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, SessionStopped, owns
 from executor.service.files import Spool, spooled_body
 from executor.service.openapi import openapi_document
 from executor.service.wire import (
@@ -129,7 +129,7 @@ def _status_of(exc: ExecutorError) -> int:
         | ImageError,
     ):
         return 400
-    if isinstance(exc, WriteError):
+    if isinstance(exc, WriteError | SessionStopped):
         return 409
     if isinstance(exc, SpawnFailed):
         # The session cannot start a process now (its pids limit, descriptors): a later call may succeed once
@@ -361,6 +361,11 @@ class _Api:
                             intent=body.intent,
                             approval_handler=handler,
                         )
+            except SessionStopped:
+                artifact = artifacts[-1] if artifacts else None
+                self.service.metrics.command("cancelled", time.monotonic() - started)
+                live.close(ResultEvent(result=_cancelled(raw, artifact, "the session was stopped")))
+                return
             except ExecutorError as exc:
                 live.close(ErrorEvent(error=ErrorInfo(type=type(exc).__name__, message=str(exc))))
                 return
@@ -372,7 +377,7 @@ class _Api:
                 # Cancelled by the service's shutdown: the agent has killed the run's process group.
                 artifact = artifacts[-1] if artifacts else None
                 self.service.metrics.command("cancelled", time.monotonic() - started)
-                live.close(ResultEvent(result=_cancelled(raw, artifact)))
+                live.close(ResultEvent(result=_cancelled(raw, artifact, "the service is shutting down")))
                 raise
             self.service.metrics.command(result.outcome, time.monotonic() - started)
             if result.run is not None and result.run.cause == "sandbox_lost":
@@ -759,14 +764,14 @@ def _exec_result(result: ToolResult, raw: RawStreams, *, streams: bool = True) -
     )
 
 
-def _cancelled(raw: RawStreams, artifact_id: str | None) -> ExecResult:
+def _cancelled(raw: RawStreams, artifact_id: str | None, why: str) -> ExecResult:
     stdout, stdout_whole = raw.get("stdout")
     stderr, stderr_whole = raw.get("stderr")
     kept = f"; partial output is kept in artifact {artifact_id}" if artifact_id else ""
     return ExecResult(
         tool="bash",
         outcome="cancelled",
-        text=f"[cancelled: the service is shutting down; the whole process group was killed{kept}]",
+        text=f"[cancelled: {why}; the whole process group was killed{kept}]",
         artifact_id=artifact_id,
         stdout=stdout,
         stderr=stderr,

@@ -42,7 +42,7 @@ from executor.service.wire import (
 from executor.session import Executor, Session
 from executor.session.pool import PoolStats
 
-__all__ = ["Draining", "Held", "LiveStream", "Metrics", "RawStreams", "Service", "open_service"]
+__all__ = ["Draining", "Held", "LiveStream", "Metrics", "RawStreams", "Service", "SessionStopped", "open_service"]
 
 logger = logging.getLogger("executor.service")
 
@@ -55,6 +55,11 @@ _BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 class Draining(ExecutorError):
     """The service got SIGTERM and takes no new work (a 503)."""
+
+
+class SessionStopped(ExecutorError):
+    """The session was stopped (``DELETE``) while this ran: what ran in it was cancelled, its process group killed
+    (a 409)."""
 
 
 def owns(session_owner: str | None, caller: str | None) -> bool:
@@ -403,6 +408,15 @@ class Held:
     done: trio.Event = field(default_factory=trio.Event)
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
+    stopping: bool = False
+    """Stopped by a caller: new work is refused and running work is being cancelled."""
+    work: set[trio.CancelScope] = field(default_factory=set)
+    """The scopes of the requests using the session now (:meth:`Service.using`)."""
+    quiet: trio.Event = field(default_factory=trio.Event)
+    """Set whenever nothing uses the session."""
+
+    def __post_init__(self) -> None:
+        self.quiet.set()
 
 
 @dataclass
@@ -556,6 +570,7 @@ class Service:
             if not owns(held.session.owner, owner):
                 raise _not_found(id_or_name)
             session_id = held.session.id
+            await self._quiesce(held)
             held.closing.set()
             with trio.move_on_after(_CLOSE_BUDGET_S):
                 await held.done.wait()
@@ -567,6 +582,16 @@ class Service:
             raise _not_found(id_or_name)
         await self.executor.stop_session(info.id, owner=info.owner)
 
+    @staticmethod
+    async def _quiesce(held: Held) -> None:
+        """Refuse new work on ``held`` and cancel what runs in it (the agent kills each run's process group and the
+        session journals it as cancelled), waiting for that, bounded, before the session is closed under it."""
+        held.stopping = True
+        for scope in list(held.work):
+            scope.cancel()
+        with trio.move_on_after(_CLOSE_BUDGET_S):
+            await held.quiet.wait()
+
     def release(self, held: Held) -> None:
         """Stop holding a session whose sandbox is lost: the next request finds it again (or "not found")."""
         if self.held.get(held.session.id) is held:
@@ -575,19 +600,35 @@ class Service:
 
     @asynccontextmanager
     async def using(self, held: Held) -> AsyncIterator[Session]:
-        """Mark the session busy (the idle clock stops) while a request uses it."""
+        """Mark the session busy (the idle clock stops) while a request uses it.
+
+        Raises:
+            SessionStopped: the session was stopped before or while this ran (what ran was cancelled).
+        """
+        if held.stopping:
+            raise SessionStopped(f"session {held.session.id} is being stopped")
         held.busy += 1
+        held.quiet = trio.Event() if held.busy == 1 else held.quiet
         mark = UsageMark(usage_path(self.settings.home, held.session.id))
+        scope = trio.CancelScope()
+        held.work.add(scope)
         try:
-            with mark:
+            with mark, scope:
                 yield held.session
         except (SandboxLost, AgentProtocolError):
             # The connection is gone (a refused spawn, an AgentError, is the caller's input and keeps it).
             self.release(held)
             raise
         finally:
+            held.work.discard(scope)
             held.busy -= 1
+            if held.busy == 0:
+                held.quiet.set()
             held.last_used = time.monotonic()
+        if scope.cancelled_caught:
+            raise SessionStopped(
+                f"session {held.session.id} was stopped while this ran: it was cancelled (its process group killed)"
+            )
 
     async def reap_idle(self) -> None:
         """Stop sessions past their idle limit, forever (runs in the holds nursery): the held ones every second by
@@ -619,6 +660,7 @@ class Service:
         if session.name is None:
             await self.stop(session.id, None)
             return
+        await self._quiesce(held)
         held.closing.set()
         with trio.move_on_after(_CLOSE_BUDGET_S):
             await held.done.wait()

@@ -547,3 +547,23 @@ def test_a_session_removed_behind_the_service_is_let_go(shared_service: ServiceP
         assert lost.outcome == "error" and lost.run is not None and lost.run.cause == "sandbox_lost"
         with pytest.raises(SandboxLost, match="workspace is kept"):
             client.exec(name, "true")
+
+
+def test_stopping_a_session_cancels_what_runs_in_it(shared_service: ServiceProcess) -> None:
+    """DELETE of a session with a command running in it kills that command's process group: its stream ends with
+    a ``cancelled`` result holding the output so far (not an error from a journal closed under it), and the
+    session is gone."""
+    with shared_service.client() as client, shared_service.client() as other:
+        session = client.create_session().id
+        with client.stream_exec(session, "echo started; sleep 60; echo never") as events:
+            seen = []
+            for event in events:
+                seen.append(event)
+                if event.kind == "chunk":
+                    other.stop_session(session)
+        assert seen[-1].kind == "result", seen[-1]
+        result = seen[-1].result
+        assert (result.outcome, result.stdout) == ("cancelled", b"started\n")
+        assert result.artifact_id is not None
+        with pytest.raises(ExecutorError, match="no session"):
+            other.session(session)
