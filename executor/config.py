@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from executor.durations import parse_idle_limit
 from executor.errors import ConfigError
+from executor.ids import is_image_ref
 
 __all__ = [
     "DEFAULT_DOCKER_HOST",
@@ -630,6 +631,7 @@ class Profile(_Section):
 
     image: str = "base"
     """A folder name under ``images/`` (built on demand) or any local image reference (``name:tag``)."""
+
     memory: Bytes = Field(1024 * _MIB, ge=32 * _MIB, le=1024**4)
     """Memory limit; swap is disabled (memory+swap is set equal)."""
     cpus: float = Field(1.0, gt=0, le=256)
@@ -687,6 +689,13 @@ class Profile(_Section):
     """Extra named volumes: ``{volume_name: container_path}``; host paths and the Docker socket are refused."""
     pool: PoolSettings = PoolSettings()
     """The profile's warm pool (sizes, idle limit, creation concurrency, backoff)."""
+
+    @field_validator("image")
+    @classmethod
+    def _image_is_a_reference(cls, value: str) -> str:
+        if not is_image_ref(value):
+            raise ValueError(f"{value!r} is not an image folder's name or an image reference ([registry/]name[:tag])")
+        return value
 
     @field_validator("privileged")
     @classmethod

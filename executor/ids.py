@@ -12,6 +12,7 @@ artifact                ``s-0123456789ab.a3``              :func:`artifact_id` (
 action                  ``s-0123456789ab.x18c2f3a1b2c7``   :func:`new_action_id` (session, clock, sequence)
 background task         ``t3``                             the in-container agent (a counter); :func:`is_task_id`
 approval                ``ap-0123456789abcdef``            :func:`new_approval_id` (64 random bits)
+image reference         ``base``, ``repo/x:1.2@sha256:…``  the operator; :func:`is_image_ref` (Docker's grammar)
 judgment                ``j-<32 hex>``                     :func:`new_judgment_id` (:func:`unique_hex`)
 ======================  =================================  =========================================================
 
@@ -33,6 +34,7 @@ __all__ = [
     "SESSION_ID_PATTERN",
     "TASK_ID_PATTERN",
     "artifact_id",
+    "is_image_ref",
     "is_session_id",
     "is_task_id",
     "new_action_id",
@@ -57,6 +59,17 @@ _ARTIFACT_ID: Final = re.compile(ARTIFACT_ID_PATTERN)
 _TASK_ID: Final = re.compile(TASK_ID_PATTERN)
 _SESSION_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
+# Docker's reference grammar (distribution/reference): [domain[:port]/]component(/component)*[:tag][@digest].
+_DOMAIN_PART: Final = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN: Final = rf"{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?"
+_COMPONENT: Final = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF: Final = re.compile(
+    rf"(?P<name>(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+_IMAGE_NAME_MAX: Final = 255
+
 
 def new_session_id() -> str:
     """A fresh session id: ``s-`` and 12 lowercase hex digits (48 random bits)."""
@@ -77,6 +90,15 @@ def validate_session_id(session_id: str) -> str:
     if not is_session_id(session_id):
         raise SessionNotFound(f"no session {session_id!r}; `executor session ls` lists them")
     return session_id
+
+
+def is_image_ref(value: object) -> bool:
+    """Whether ``value`` is an image reference by Docker's grammar (a name, a ``name:tag``, a digest, an image id):
+    checked before any engine call is made with it, so a value such as ``../containers/x`` never reaches a URL."""
+    if not isinstance(value, str):
+        return False
+    match = _IMAGE_REF.fullmatch(value)
+    return match is not None and len(match.group("name")) <= _IMAGE_NAME_MAX
 
 
 def validate_session_name(name: str) -> str:

@@ -297,3 +297,10 @@ def test_an_engine_that_cannot_be_reached_this_way_fails_at_load(
     (folder / "contexts" / "tls" / hashlib.sha256(b"tls").hexdigest() / "docker").mkdir(parents=True)
     with pytest.raises(ConfigError, match=needle):
         load_settings(environ={"DOCKER_CONFIG": str(folder), **environ})
+
+
+@pytest.mark.parametrize("image", ["../containers/json", "Bad Name", "a/../b"])
+def test_a_profile_image_that_is_no_reference_is_refused_at_load(image: str) -> None:
+    with pytest.raises(ConfigError, match=r"profiles\.default\.image"):
+        load_settings(overrides={"profiles": {"default": {"image": image}}})
+    assert load_settings(overrides={"profiles": {"default": {"image": "team/tool:1.2"}}}).profiles["default"].image

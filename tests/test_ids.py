@@ -11,6 +11,7 @@ import executor.ids as ids
 from executor.errors import SessionNotFound
 from executor.ids import (
     artifact_id,
+    is_image_ref,
     is_session_id,
     is_task_id,
     new_action_id,
@@ -130,3 +131,47 @@ def test_unique_hex_never_repeats_in_a_process_or_across_a_fork() -> None:
     os.waitpid(pid, 0)
     parent = [ids.unique_hex() for _ in range(100)]
     assert len(child) == 100 and not set(child) & set(parent) and not set(child) & set(made)
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "base",
+        "busybox:latest",
+        "executor/base:latest",
+        "localhost:5000/team/tool:1.2.3",
+        "registry.example/a__b/c-d.e:v_1",
+        "x@sha256:" + "0" * 64,
+        "x:1@sha256:" + "ab" * 32,
+        "sha256:" + "f" * 64,
+        "0123456789ab",
+    ],
+)
+def test_image_references_by_dockers_grammar_pass(ref: str) -> None:
+    assert is_image_ref(ref)
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "",
+        "../containers/json",
+        "a/../../b:1",
+        "Bad Name",
+        "UPPER",
+        "x@y",
+        "a:",
+        "/a",
+        "a//b",
+        "a/",
+        "-a",
+        "a:tag with space",
+        "a\n",
+        "a:" + "t" * 129,
+        "a" * 256,
+        None,
+    ],
+)
+def test_what_is_not_an_image_reference_is_refused(ref: object) -> None:
+    """Refused before any engine call is made with it: a path such as ``../containers/x`` never reaches a URL."""
+    assert not is_image_ref(ref)

@@ -154,6 +154,11 @@ def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServicePr
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
         answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true", "cwd": "/nonexistent"})
     assert answer.status_code == 400 and answer.json()["error"]["type"] == "CommandRejected"
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
+        for image in ("../containers/json", "a/../../b:1", "Bad Name"):
+            answer = raw.post("http://x/v1/sessions", json={"image": image})
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["message"].startswith(f"{image!r} is not an image reference")
 
 
 def test_upload_build_download(shared_service: ServiceProcess, tmp_path: Path) -> None:

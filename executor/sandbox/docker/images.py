@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from executor.config import ImageSettings, read_toml
 from executor.errors import ConfigError, ExecutorError, ImageError, ImageNotFound
+from executor.ids import is_image_ref
 from executor.sandbox.docker._engine import DockerEngine
 
 __all__ = [
@@ -199,6 +200,16 @@ def _bootstrap_script(settings: ImageSettings) -> Path:
 
 
 async def _inspect(engine: DockerEngine, ref: str) -> dict[str, Any] | None:
+    """The engine's record of image ``ref`` (None: no such image).
+
+    Raises:
+        ImageNotFound: ``ref`` is not an image reference (no engine call is made with it).
+    """
+    if not is_image_ref(ref):
+        raise ImageNotFound(
+            f"{ref!r} is not an image reference: an image folder's name, or [registry/]name[:tag][@digest] in "
+            "lowercase letters, digits and '._-' (executor image ls lists the images)"
+        )
     try:
         data: dict[str, Any] = await engine.call(
             lambda: engine.client.api.inspect_image(ref),  # type: ignore[no-untyped-call]  # the stub lacks types
