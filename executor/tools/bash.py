@@ -86,8 +86,8 @@ def build_run_spec(
 
     Raises:
         CommandRejected: the command is empty or larger than ``max_command_bytes``, the timeout is not positive or
-            above ``max_timeout_ms``, stdin is larger than ``max_stdin_bytes``, an env name is malformed, or the
-            command, the cwd or an env entry is not valid UTF-8.
+            above ``max_timeout_ms``, stdin is larger than ``max_stdin_bytes``, an env name is malformed, the
+            command, the cwd or an env value holds a NUL, or one of them is not valid UTF-8.
     """
     size = len(command.encode("utf-8", "surrogateescape"))
     if not command.strip():
@@ -111,7 +111,11 @@ def build_run_spec(
         if not name or "=" in name or "\0" in name:
             raise CommandRejected(f"environment name {name!r} is malformed; names are non-empty and have no '=' or NUL")
         _check_utf8(name, "an environment name")
+        if "\0" in value:
+            raise CommandRejected(f"the environment value of {name!r} contains a NUL byte, which no process can receive")
         _check_utf8(value, f"the environment value of {name!r}")
+    if cwd is not None and "\0" in cwd:
+        raise CommandRejected("the cwd contains a NUL byte; give a path without one")
     deadline: int | None = None
     if not background:
         deadline = settings.timeout_ms if timeout_ms is None else timeout_ms

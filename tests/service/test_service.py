@@ -136,8 +136,8 @@ def test_bad_input_is_the_executors_own_exception(shared_service: ServiceProcess
 
 
 def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServiceProcess) -> None:
-    """A cwd, image or profile that does not exist is refused (400) naming it, before any stream begins; an unknown
-    session is a 404; the session stays usable."""
+    """A cwd, image or profile that does not exist, or an env value no process can receive, is refused (400) naming
+    it, before any stream begins; an unknown session is a 404; the session stays usable."""
     with shared_service.client() as client:
         session = client.create_session().id
         with pytest.raises(CommandRejected, match=r"^cwd '/nonexistent' cannot be entered in the session"):
@@ -150,6 +150,10 @@ def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServicePr
             client.create_session(profile="nope")
         with pytest.raises(SessionNotFound, match=r"no session 's-000000000000'; "):
             client.session("s-000000000000")
+        with pytest.raises(CommandRejected, match=r"environment value of 'A' contains a NUL"):
+            client.exec(session, "true", env={"A": "x\0y"})
+        with pytest.raises(CommandRejected, match=r"environment value of 'A' contains a NUL"):
+            client.start_task(session, "true", env={"A": "x\0y"})
         assert client.exec(session, "pwd", cwd="/tmp").stdout == b"/tmp\n"
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
         answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true", "cwd": "/nonexistent"})

@@ -17,6 +17,7 @@ def _spec(
     *,
     overrides: dict[str, Any] | None = None,
     cwd: str | None = None,
+    env: dict[str, str] | None = None,
     stdin: bytes | StdinFile | None = None,
     timeout_ms: int | None = None,
     background: bool = False,
@@ -27,6 +28,7 @@ def _spec(
         settings=settings.bash,
         profile=settings.profile(),
         cwd=cwd,
+        env=env,
         stdin=stdin,
         timeout_ms=timeout_ms,
         background=background,
@@ -72,6 +74,10 @@ def test_empty_and_nul_commands_are_refused() -> None:
         _spec("   ")
     with pytest.raises(CommandRejected, match="NUL"):
         _spec("echo a\0b")
+    with pytest.raises(CommandRejected, match=r"environment value of 'A' contains a NUL"):
+        _spec(env={"A": "x\0y"})
+    with pytest.raises(CommandRejected, match=r"cwd contains a NUL"):
+        _spec(cwd="/tmp\0/x")
 
 
 def test_stdin_cap_and_relative_cwd() -> None:
