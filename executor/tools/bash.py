@@ -112,7 +112,7 @@ def build_run_spec(
             raise CommandRejected(f"environment name {name!r} is malformed; names are non-empty and have no '=' or NUL")
         _check_utf8(name, "an environment name")
         if "\0" in value:
-            raise CommandRejected(f"the environment value of {name!r} contains a NUL byte, which no process can receive")
+            raise CommandRejected(f"the environment value of {name!r} contains a NUL byte, which no process receives")
         _check_utf8(value, f"the environment value of {name!r}")
     if cwd is not None and "\0" in cwd:
         raise CommandRejected("the cwd contains a NUL byte; give a path without one")
