@@ -13,6 +13,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   │   └── ImageNotFound (LookupError)   no image folder or local image of that name (bad input)
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
     │   ├── SessionRejected (ValueError)      a session name refused before anything started (shape, in use)
+    │   │   └── SessionNameTaken              the name is a live session's, or kept for another owner
     │   ├── SandboxLost                       the session's container went away mid-action
     │   ├── SessionUnhealthy                  the session's agent stopped answering (paused, frozen): recreate it
     │   └── AgentError                        the in-container agent
@@ -81,6 +82,7 @@ __all__ = [
     "SandboxError",
     "SandboxLost",
     "ServiceUnavailable",
+    "SessionNameTaken",
     "SessionNotFound",
     "SessionRejected",
     "SessionUnhealthy",
@@ -131,6 +133,10 @@ class SessionNotFound(SandboxError, LookupError):
 
 class SessionRejected(SandboxError, ValueError):
     """A session name refused before anything started: not a usable name, or already used by a live session."""
+
+
+class SessionNameTaken(SessionRejected):
+    """The name is a live session's (or kept, with its workspace, for another owner): a conflict, not bad shape."""
 
 
 class SandboxLost(SandboxError):

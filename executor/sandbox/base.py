@@ -134,7 +134,8 @@ class Backend(ABC):
         ``owner`` must be None then.
 
         Raises:
-            SessionRejected: ``name`` is malformed or already used by a live session.
+            SessionRejected: ``name`` is malformed; SessionNameTaken (a SessionRejected): it is used by a live
+                session, or kept for another owner.
             ImageError: the profile's image cannot be found, pulled or built.
             AgentError: the agent did not accept a connection within ``agent.connect_timeout_s``, or it exited.
             EngineUnavailable: no engine answers.

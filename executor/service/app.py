@@ -43,7 +43,9 @@ from executor.errors import (
     PatternError,
     PatternTimeout,
     SandboxError,
+    SessionNameTaken,
     SessionNotFound,
+    SessionRejected,
     SpawnFailed,
     StreamNotFound,
     TaskNotFound,
@@ -129,8 +131,10 @@ def _status_of(exc: ExecutorError) -> int:
         | ImageError,
     ):
         return 400
-    if isinstance(exc, WriteError | SessionStopped):
+    if isinstance(exc, WriteError | SessionStopped | SessionNameTaken):
         return 409
+    if isinstance(exc, SessionRejected):
+        return 400
     if isinstance(exc, SpawnFailed):
         # The session cannot start a process now (its pids limit, descriptors): a later call may succeed once
         # what runs in it ends. A missing cwd never gets here: the tools raise it as CommandRejected.

@@ -34,8 +34,9 @@ SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner"
 
 @pytest.mark.docker
 def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
-    """start prints the session with the idle limit it was given, ls lists it by name (as text: with age, idle time
-    and owner), stop by name removes it, and stop again exits 2; in-process and over a running service alike."""
+    """start prints the session with the idle limit it was given (starting it again is exit 2), ls lists it by name
+    (as text: with age, idle time and owner), stop by name removes it, and stop again exits 2; in-process and over a
+    running service alike."""
     home = either_home
     name = "cli-" + os.urandom(4).hex()
     bad_idle = _executor(home, "session", "start", "--name", name, "--idle", "soon")
@@ -48,6 +49,8 @@ def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
         assert set(session) == SESSION_KEYS
         assert session["name"] == name and session["state"] == "running" and session["profile"] == "default"
         assert session["idle_limit_s"] == 1800
+        taken = _executor(home, "session", "start", "--name", name)
+        assert taken.returncode == 2 and f"is used by {session['id']}" in _json(taken)["error"]
         journal = home / "sessions" / session["id"] / "journal.ndjson"
         opened = json.loads(journal.read_text(encoding="utf-8").splitlines()[0])
         assert (opened["type"], opened["policy"]) == ("session_opened", "default")

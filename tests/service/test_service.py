@@ -25,6 +25,7 @@ from executor.errors import (
     ExecutorError,
     ImageNotFound,
     SandboxLost,
+    SessionNameTaken,
     SessionNotFound,
     TaskNotFound,
 )
@@ -292,6 +293,32 @@ def test_a_tokens_named_session_is_stopped_by_that_token(shared_service: Service
             with pytest.raises(SessionNotFound):
                 a.session(name)
             assert made.id not in {s.id for s in a.list_sessions()}
+
+
+def test_a_name_in_use_is_a_conflict_that_names_no_one_elses_session(shared_service: ServiceProcess) -> None:
+    """A name another token's live session holds is a 409 that names neither that session nor its owner; the
+    owner's own second create is a 409 naming its session; a malformed name is a 422."""
+    name = new_name()
+    with shared_service.tcp_client(TOKEN_A) as a, shared_service.tcp_client(TOKEN_B) as b:
+        made = a.create_session(name=name)
+        try:
+            with pytest.raises(SessionNameTaken) as theirs:
+                b.create_session(name=name)
+            assert str(theirs.value) == f"session name {name!r} is in use; pick another name"
+            with pytest.raises(SessionNameTaken, match=made.id):
+                a.create_session(name=name)
+        finally:
+            a.stop_session(name)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
+        other = new_name()
+        assert raw.post("http://x/v1/sessions", json={"name": other}).status_code == 201
+        try:
+            again = raw.post("http://x/v1/sessions", json={"name": other})
+            assert (again.status_code, again.json()["error"]["type"]) == (409, "SessionNameTaken")
+            malformed = raw.post("http://x/v1/sessions", json={"name": "-bad name"})
+            assert malformed.status_code == 422 and "name" in malformed.json()["error"]["message"]
+        finally:
+            raw.delete(f"http://x/v1/sessions/{other}")
 
 
 def test_clients_that_abort_their_request_bodies_leave_the_service_running(shared_service: ServiceProcess) -> None:

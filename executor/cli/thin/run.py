@@ -320,7 +320,7 @@ class _Client:
         try:
             self.create(name=name, profile=parsed.options.get("--profile"), image=parsed.options.get("--image"))
         except ServiceError as exc:
-            if exc.type != "SessionRejected":
+            if exc.type != "SessionNameTaken":
                 raise
 
     def in_session(self, parsed: Parsed, call: Callable[[str], Any], *, create_allowed: bool = True) -> Any:

@@ -19,7 +19,14 @@ from typing import Any, Final, Literal
 import trio
 
 from executor.config import Profile, Settings
-from executor.errors import AgentError, EngineError, SandboxLost, SessionNotFound, SessionRejected, SessionUnhealthy
+from executor.errors import (
+    AgentError,
+    EngineError,
+    SandboxLost,
+    SessionNameTaken,
+    SessionNotFound,
+    SessionUnhealthy,
+)
 from executor.ids import new_session_id, validate_session_id, validate_session_name
 from executor.sandbox.base import (
     Backend,
@@ -325,17 +332,20 @@ class DockerBackend(Backend):
             same = [s for s in await self.list_sessions() if s.name == name]
             live = [s for s in same if s.state not in ("exited", "dead")]
             if live and live[0].state == "removing":
-                raise SessionRejected(
+                raise SessionNameTaken(
                     f"session {name!r} is being stopped (its container is being removed); retry in a moment"
                 )
+            if live and owner is not None and not secrets.compare_digest(live[0].owner or "", owner):
+                # Another owner's: say neither whose nor its id.
+                raise SessionNameTaken(f"session name {name!r} is in use; pick another name")
             if live:
-                raise SessionRejected(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
+                raise SessionNameTaken(f"session name {name!r} is used by {live[0].id}; pick another or stop that one")
             if same:
                 # A stopped named session (its container exited, or gc removed it) keeps its workspace: the new
                 # container is that session again, on the same volume, under the same id.
                 reuse = same[-1]
                 if (reuse.owner or None) != (owner or None):
-                    raise SessionRejected(f"session name {name!r} is kept for another owner; pick another name")
+                    raise SessionNameTaken(f"session name {name!r} is kept for another owner; pick another name")
         transport = self.transport_for(profile)
         await self.check_runtime(profile, profile_name)
         session_id = reuse.id if reuse is not None else new_session_id()
