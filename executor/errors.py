@@ -6,6 +6,8 @@ the builtin that matches their meaning, so callers that only know the builtins s
     ExecutorError
     ├── ConfigError (ValueError)              settings, profiles or policy files that do not load
     ├── ServiceUnavailable (ConnectionError)  no executor service answers (executor.client)
+    ├── Draining                              the service got SIGTERM and takes no new work
+    ├── SessionStopped                        the session was stopped while the request ran (it was cancelled)
     ├── SandboxError                          the container side
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
@@ -66,6 +68,7 @@ __all__ = [
     "CommandRejected",
     "ConfigError",
     "ContentRejected",
+    "Draining",
     "EngineError",
     "EngineUnavailable",
     "ExecutorError",
@@ -85,6 +88,7 @@ __all__ = [
     "SessionNameTaken",
     "SessionNotFound",
     "SessionRejected",
+    "SessionStopped",
     "SessionUnhealthy",
     "SpawnFailed",
     "StreamNotFound",
@@ -92,6 +96,7 @@ __all__ = [
     "UnsafeTarget",
     "WriteError",
     "WriteFailed",
+    "public_name",
 ]
 
 
@@ -235,6 +240,15 @@ class PatternTimeout(ArtifactError, TimeoutError):
     """A search pattern that ran past its time bound."""
 
 
+class Draining(ExecutorError):
+    """The service got SIGTERM and takes no new work (a 503); retry against its next start."""
+
+
+class SessionStopped(ExecutorError):
+    """The session was stopped (``DELETE``) while this ran: what ran in it was cancelled, its process group killed
+    (a 409)."""
+
+
 class GateError(ExecutorError):
     """Policy, judge or approval failure."""
 
@@ -265,3 +279,13 @@ class JournalError(ExecutorError):
 
 class JournalCorrupt(JournalError, ValueError):
     """A journal line that does not parse or validate; the message carries the line number."""
+
+
+def public_name(exc: BaseException) -> str:
+    """The name of the nearest class of ``exc`` in this tree (``ExecutorError`` for anything else): what surfaces
+    put on the wire as an error's type, so a client can rebuild it (a private subclass is named by its parent)."""
+    names = set(__all__)
+    for cls in type(exc).__mro__:
+        if cls.__name__ in names and cls.__module__ == __name__:
+            return cls.__name__
+    return ExecutorError.__name__

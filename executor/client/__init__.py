@@ -30,10 +30,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
+from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
@@ -62,6 +63,7 @@ from executor.service.wire import (
     TaskStart,
     TaskView,
     WriteRequest,
+    validation_message,
 )
 from executor.tools.archive import ArchiveStats, TarPacker, extract_tar
 
@@ -126,6 +128,10 @@ def _packer(source: str | os.PathLike[str], contents: bool) -> TarPacker:
     return TarPacker(path, contents=contents)
 
 
+def _closed_stream() -> ExecutorError:
+    return ExecutorError("the stream is closed: iterate it inside its `with` block (leaving the block closes it)")
+
+
 def _cut(where: str, exc: Exception) -> ExecutorError:
     return ExecutorError(
         f"the download from {where} was cut short ({type(exc).__name__}): the service stopped it (too large, the "
@@ -147,6 +153,32 @@ def _final(events: list[Any]) -> ExecResult:
     raise ServiceUnavailable("the exec stream ended without a result (the service went away); read the artifact")
 
 
+def _body(model: type[M], refused: Callable[[str, str], ExecutorError], **fields: Any) -> str:
+    """A request body, checked here: a bad argument is the executor's own error (``refused(field, message)``)
+    before anything is sent, never pydantic's."""
+    try:
+        return model(**fields).model_dump_json(exclude_none=True)
+    except ValidationError as exc:
+        first = exc.errors()[0].get("loc", ("",))
+        raise refused(str(first[0]) if first else "", validation_message(exc)) from None
+
+
+def _command_refused(_field: str, message: str) -> ExecutorError:
+    return _errors.CommandRejected(message)
+
+
+def _write_refused(field: str, message: str) -> ExecutorError:
+    return _errors.PathRejected(message) if field == "path" else _errors.ContentRejected(message)
+
+
+def _session_refused(field: str, message: str) -> ExecutorError:
+    return _errors.SessionRejected(message) if field == "name" else _errors.ConfigError(message)
+
+
+def _answer_refused(_field: str, message: str) -> ExecutorError:
+    return _errors.ApprovalNotFound(message)
+
+
 class _Requests:
     """What both clients send: paths and bodies (no IO)."""
 
@@ -162,7 +194,9 @@ class _Requests:
         intent: str | None,
         approvals: _Approvals,
     ) -> str:
-        return ExecRequest(
+        return _body(
+            ExecRequest,
+            _command_refused,
             command=command,
             cwd=cwd,
             env=dict(env) if env is not None else None,
@@ -171,17 +205,43 @@ class _Requests:
             focus_mode=focus_mode,
             intent=intent,
             approvals=approvals,
-        ).model_dump_json(exclude_none=True)
+        )
 
     @staticmethod
     def session(session: str, tail: str = "") -> str:
-        return f"/v1/sessions/{_segment(session)}{tail}"
+        return f"/v1/sessions/{_segment(session, _no_session)}{tail}"
+
+    @staticmethod
+    def artifact(session: str, artifact_id: str, tail: str = "") -> str:
+        return _Requests.session(session, f"/artifacts/{_segment(artifact_id, _no_artifact)}{tail}")
+
+    @staticmethod
+    def task(session: str, task_id: str) -> str:
+        return _Requests.session(session, f"/tasks/{_segment(task_id, _no_task)}")
 
 
-def _segment(value: str) -> str:
+def _no_session(value: str) -> ExecutorError:
+    return _errors.SessionNotFound(f"no session {value!r}; list_sessions() shows yours")
+
+
+def _no_artifact(value: str) -> ExecutorError:
+    return _errors.ArtifactNotFound(f"no artifact {value!r}")
+
+
+def _no_task(value: str) -> ExecutorError:
+    return _errors.TaskNotFound(f"no task {value!r}; list_tasks() shows yours")
+
+
+def _no_approval(value: str) -> ExecutorError:
+    return _errors.ApprovalNotFound(f"no pending approval {value!r}; approvals() lists yours")
+
+
+def _segment(value: str, missing: Callable[[str], ExecutorError]) -> str:
+    """One path segment, percent-encoded (``?``, ``#`` and ``%`` stay in it); one that could never name anything
+    (empty, a slash, a dot segment) is ``missing(value)`` without a request."""
     if not value or "/" in value or value in (".", ".."):
-        raise _errors.SessionNotFound(f"no session {value!r}; list_sessions() shows yours")
-    return value
+        raise missing(value)
+    return quote(value, safe="")
 
 
 def _transport_kwargs(url: str | None, socket: str | os.PathLike[str] | None) -> tuple[str, str | None]:
@@ -286,6 +346,8 @@ class Client:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
                     except FrameError as exc:
                         raise ServiceUnavailable(f"the exec stream from {self._where} broke off: {exc}") from exc
+                    except httpx.StreamError as exc:
+                        raise _closed_stream() from exc
 
                 yield events()
         except httpx.TransportError as exc:
@@ -323,7 +385,7 @@ class Client:
         Raises:
             ConfigError: unknown profile. ImageError: unknown image. SandboxError: it could not start.
         """
-        body = SessionCreate(profile=profile, image=image, name=name, idle_s=idle_s).model_dump_json(exclude_none=True)
+        body = _body(SessionCreate, _session_refused, profile=profile, image=image, name=name, idle_s=idle_s)
         return _parse(SessionView, self._call("POST", "/v1/sessions", content=body))
 
     def list_sessions(self) -> list[SessionView]:
@@ -423,7 +485,7 @@ class Client:
             PathRejected, ContentRejected: refused before any container call.
         """
         data = content.encode() if isinstance(content, str) else content
-        body = WriteRequest(path=path, content=data, parents=parents, mode=mode).model_dump_json()
+        body = _body(WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode)
         return _parse(Result, self._call("POST", _Requests.session(session, "/write"), content=body))
 
     def upload(self, session: str, source: str | os.PathLike[str], dest: str, *, contents: bool = True) -> ExecResult:
@@ -463,6 +525,8 @@ class Client:
                         yield from got.iter_raw()
                     except httpx.TransportError as exc:
                         raise _cut(self._where, exc) from exc
+                    except httpx.StreamError as exc:
+                        raise _closed_stream() from exc
 
                 yield chunks()
         except httpx.TransportError as exc:
@@ -509,7 +573,7 @@ class Client:
         params = _drop_none(
             stream=stream, start_line=start_line, line_count=line_count, start_byte_in_line=start_byte_in_line
         )
-        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}")
+        path = _Requests.artifact(session, artifact_id)
         return _parse(Result, self._call("GET", path, params=params))
 
     def search_output(
@@ -528,7 +592,7 @@ class Client:
             ArtifactNotFound, PatternError, PatternTimeout: see the in-process API.
         """
         params = _drop_none(pattern=pattern, stream=stream, limit=limit, start_line=start_line)
-        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}/search")
+        path = _Requests.artifact(session, artifact_id, "/search")
         return _parse(Result, self._call("GET", path, params=params))
 
     # -- tasks -----------------------------------------------------------------------------------------------
@@ -543,14 +607,16 @@ class Client:
         approvals: _Approvals = "wait",
     ) -> Result:
         """Start a background task; ``data["task_id"]`` names it."""
-        body = TaskStart(command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals)
-        return _parse(Result, self._call("POST", _Requests.session(session, "/tasks"), content=body.model_dump_json()))
+        body = _body(
+            TaskStart, _command_refused, command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals
+        )
+        return _parse(Result, self._call("POST", _Requests.session(session, "/tasks"), content=body))
 
     def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
     ) -> Result:
         """One page of a task's stream from byte ``offset``; ``data["next_offset"]`` continues."""
-        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        path = _Requests.task(session, task_id)
         return _parse(Result, self._call("GET", path, params={"stream": stream, "offset": offset}))
 
     @contextmanager
@@ -558,14 +624,14 @@ class Client:
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
     ) -> Iterator[Iterator[Result]]:
         """Pages of a task's stream as they come, until the task ends."""
-        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        path = _Requests.task(session, task_id)
         params = {"stream": stream, "offset": offset, "follow": "true"}
         with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
             yield _pages(events)
 
     def stop_task(self, session: str, task_id: str) -> TaskView:
         """Kill a task's process group; how it ended."""
-        return _parse(TaskView, self._call("DELETE", _Requests.session(session, f"/tasks/{_segment(task_id)}")))
+        return _parse(TaskView, self._call("DELETE", _Requests.task(session, task_id)))
 
     def list_tasks(self, session: str) -> list[TaskView]:
         """Your tasks in the session."""
@@ -583,8 +649,8 @@ class Client:
         Raises:
             ApprovalNotFound: answered already, expired, or another token's.
         """
-        body = ApprovalAnswer(approve=approve).model_dump_json()
-        self._call("POST", f"/v1/approvals/{_segment(approval_id)}", content=body)
+        body = _body(ApprovalAnswer, _answer_refused, approve=approve)
+        self._call("POST", f"/v1/approvals/{_segment(approval_id, _no_approval)}", content=body)
 
 
 def _pages(events: Iterator[Any]) -> Iterator[Result]:
@@ -664,6 +730,8 @@ class AsyncClient:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
                     except FrameError as exc:
                         raise ServiceUnavailable(f"the exec stream from {self._where} broke off: {exc}") from exc
+                    except httpx.StreamError as exc:
+                        raise _closed_stream() from exc
 
                 yield events()
         except httpx.TransportError as exc:
@@ -688,7 +756,7 @@ class AsyncClient:
         idle_s: float | Literal["none"] | None = None,
     ) -> SessionView:
         """See :meth:`Client.create_session`."""
-        body = SessionCreate(profile=profile, image=image, name=name, idle_s=idle_s).model_dump_json(exclude_none=True)
+        body = _body(SessionCreate, _session_refused, profile=profile, image=image, name=name, idle_s=idle_s)
         return _parse(SessionView, await self._call("POST", "/v1/sessions", content=body))
 
     async def list_sessions(self) -> list[SessionView]:
@@ -769,7 +837,7 @@ class AsyncClient:
     ) -> Result:
         """See :meth:`Client.write`."""
         data = content.encode() if isinstance(content, str) else content
-        body = WriteRequest(path=path, content=data, parents=parents, mode=mode).model_dump_json()
+        body = _body(WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode)
         return _parse(Result, await self._call("POST", _Requests.session(session, "/write"), content=body))
 
     async def upload(
@@ -807,6 +875,8 @@ class AsyncClient:
                             yield chunk
                     except httpx.TransportError as exc:
                         raise _cut(self._where, exc) from exc
+                    except httpx.StreamError as exc:
+                        raise _closed_stream() from exc
 
                 yield chunks()
         except httpx.TransportError as exc:
@@ -845,7 +915,7 @@ class AsyncClient:
         params = _drop_none(
             stream=stream, start_line=start_line, line_count=line_count, start_byte_in_line=start_byte_in_line
         )
-        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}")
+        path = _Requests.artifact(session, artifact_id)
         return _parse(Result, await self._call("GET", path, params=params))
 
     async def search_output(
@@ -860,7 +930,7 @@ class AsyncClient:
     ) -> Result:
         """See :meth:`Client.search_output`."""
         params = _drop_none(pattern=pattern, stream=stream, limit=limit, start_line=start_line)
-        path = _Requests.session(session, f"/artifacts/{_segment(artifact_id)}/search")
+        path = _Requests.artifact(session, artifact_id, "/search")
         return _parse(Result, await self._call("GET", path, params=params))
 
     async def start_task(
@@ -873,15 +943,17 @@ class AsyncClient:
         approvals: _Approvals = "wait",
     ) -> Result:
         """See :meth:`Client.start_task`."""
-        body = TaskStart(command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals)
+        body = _body(
+            TaskStart, _command_refused, command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals
+        )
         path = _Requests.session(session, "/tasks")
-        return _parse(Result, await self._call("POST", path, content=body.model_dump_json()))
+        return _parse(Result, await self._call("POST", path, content=body))
 
     async def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
     ) -> Result:
         """See :meth:`Client.read_task`."""
-        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        path = _Requests.task(session, task_id)
         return _parse(Result, await self._call("GET", path, params={"stream": stream, "offset": offset}))
 
     @asynccontextmanager
@@ -889,7 +961,7 @@ class AsyncClient:
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
     ) -> AsyncIterator[AsyncIterator[Result]]:
         """See :meth:`Client.follow_task`."""
-        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        path = _Requests.task(session, task_id)
         params = {"stream": stream, "offset": offset, "follow": "true"}
         async with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
 
@@ -904,7 +976,7 @@ class AsyncClient:
 
     async def stop_task(self, session: str, task_id: str) -> TaskView:
         """See :meth:`Client.stop_task`."""
-        path = _Requests.session(session, f"/tasks/{_segment(task_id)}")
+        path = _Requests.task(session, task_id)
         return _parse(TaskView, await self._call("DELETE", path))
 
     async def list_tasks(self, session: str) -> list[TaskView]:
@@ -917,5 +989,5 @@ class AsyncClient:
 
     async def answer(self, approval_id: str, *, approve: bool) -> None:
         """See :meth:`Client.answer`."""
-        body = ApprovalAnswer(approve=approve).model_dump_json()
-        await self._call("POST", f"/v1/approvals/{_segment(approval_id)}", content=body)
+        body = _body(ApprovalAnswer, _answer_refused, approve=approve)
+        await self._call("POST", f"/v1/approvals/{_segment(approval_id, _no_approval)}", content=body)

@@ -48,7 +48,7 @@ from pydantic import Field
 from starlette.requests import Request
 
 from executor.config import Settings
-from executor.errors import ArtifactNotFound, ExecutorError, TaskNotFound
+from executor.errors import ArtifactNotFound, ExecutorError, TaskNotFound, public_name
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
 from executor.mcp.approvals import (
     APPROVAL_SCHEMA,
@@ -313,7 +313,7 @@ class McpSurface:
         except ExecutorError as exc:
             if missing is not None and isinstance(exc, missing.error):
                 return missing.result()
-            return error_result(error_hint(exc), kind=type(exc).__name__)
+            return error_result(error_hint(exc), kind=public_name(exc))
 
     def _gated_call(
         self,
@@ -463,7 +463,7 @@ class McpSurface:
             session = await self._existing_session(ctx, owner)
             tasks = [] if session is None else await session.list_tasks(owner=owner)
         except ExecutorError as exc:
-            return error_result(error_hint(exc), kind=type(exc).__name__)
+            return error_result(error_hint(exc), kind=public_name(exc))
         if tasks:
             text = "\n".join(
                 f"{info.task_id}  {'running' if info.running else 'ended'}  artifact={info.artifact_id}  {info.command}"

@@ -84,6 +84,20 @@ class SessionInfo(BaseModel):
     busy: bool = False
     """A command or call runs in it now (never idle then)."""
 
+    @property
+    def stopped_named(self) -> bool:
+        """A named session whose container stopped or is gone, its workspace kept (its name starts it again)."""
+        return self.name is not None and self.state in ("exited", "dead")
+
+    def not_running_message(self) -> str:
+        """What to tell a caller who asked for this stopped named session, and how to go on."""
+        container = "is gone" if self.workspace_only else "stopped"
+        return (
+            f"session {self.name} is not running (its container {container}; its workspace is kept): "
+            f"`executor exec --session {self.name} --create` or `executor session start --name {self.name}` "
+            f"recreates its container on that workspace, `executor session stop {self.name}` deletes it"
+        )
+
     def idle_for_s(self, now: datetime) -> float:
         """Seconds it has been idle at ``now``: since its last use, or since it was created (0 while busy)."""
         if self.busy:

@@ -36,6 +36,7 @@ from executor.errors import (
     CommandRejected,
     ConfigError,
     ContentRejected,
+    Draining,
     ExecutorError,
     ImageError,
     OutputRangeError,
@@ -46,16 +47,18 @@ from executor.errors import (
     SessionNameTaken,
     SessionNotFound,
     SessionRejected,
+    SessionStopped,
     SpawnFailed,
     StreamNotFound,
     TaskNotFound,
     WriteError,
+    public_name,
 )
 from executor.mcp.server import owner_for_token
 from executor.models import StdinFile
 from executor.sandbox.agent.client import on_run_started
 from executor.sandbox.base import SessionInfo
-from executor.service.core import Draining, Held, LiveStream, RawStreams, Service, SessionStopped, owns
+from executor.service.core import Held, LiveStream, RawStreams, Service, owns
 from executor.service.files import Spool, spooled_body
 from executor.service.openapi import openapi_document
 from executor.service.wire import (
@@ -80,6 +83,7 @@ from executor.service.wire import (
     TaskStart,
     TaskView,
     WriteRequest,
+    validation_message,
 )
 from executor.session import ToolResult
 from executor.session.follow import read_page
@@ -232,7 +236,7 @@ class _Api:
         try:
             parsed = model.model_validate_json(raw or b"{}")
         except ValidationError as exc:
-            raise _HttpError(422, "ValidationError", _validation_message(exc)) from exc
+            raise _HttpError(422, "ValidationError", validation_message(exc)) from exc
         del raw
         carried = getattr(parsed, "stdin", None) or getattr(parsed, "content", None)
         if isinstance(carried, bytes) and len(carried) > self.svc.max_request_bytes:
@@ -244,7 +248,7 @@ class _Api:
         try:
             return model.model_validate(dict(request.query_params), strict=False)
         except ValidationError as exc:
-            raise _HttpError(422, "ValidationError", _validation_message(exc)) from exc
+            raise _HttpError(422, "ValidationError", validation_message(exc)) from exc
 
     async def held(self, request: Request) -> Held:
         return await self.service.get(request.path_params["session"], self.owner(request))
@@ -371,7 +375,7 @@ class _Api:
                 live.close(ResultEvent(result=_cancelled(raw, artifact, "the session was stopped")))
                 return
             except ExecutorError as exc:
-                live.close(ErrorEvent(error=ErrorInfo(type=type(exc).__name__, message=str(exc))))
+                live.close(ErrorEvent(error=ErrorInfo(type=public_name(exc), message=str(exc))))
                 return
             except Exception as exc:
                 logger.exception("exec failed")
@@ -669,7 +673,7 @@ class _Api:
                 try:
                     current = await read_page(sized, at, size)
                 except ExecutorError as exc:
-                    yield _line(ErrorEvent(error=ErrorInfo(type=type(exc).__name__, message=str(exc))))
+                    yield _line(ErrorEvent(error=ErrorInfo(type=public_name(exc), message=str(exc))))
                     return
                 done = not current.running and current.next_offset >= current.end
                 if current.next_offset > at or done or not sent:
@@ -733,12 +737,6 @@ async def _sleep(seconds: float) -> None:
     import anyio  # starlette's own loop abstraction; the service runs it on trio
 
     await anyio.sleep(seconds)
-
-
-def _validation_message(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first.get("loc", ())) or "body"
-    return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
 
 
 _PLAIN_BEFORE_START: Final[dict[str, type[ExecutorError]]] = {
@@ -812,7 +810,7 @@ def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Reque
         except _HttpConflict as exc:
             return _json(exc.result, status=409)
         except ExecutorError as exc:
-            return _error(_status_of(exc), type(exc).__name__, str(exc))
+            return _error(_status_of(exc), public_name(exc), str(exc))
         except ClientDisconnect:
             # The client went away mid-request: nobody to answer, and an answer would race the server's own.
             return _NoAnswer()

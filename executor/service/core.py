@@ -27,7 +27,15 @@ from typing import Any, Final, Literal, TypeVar
 import trio
 
 from executor.config import Settings
-from executor.errors import AgentProtocolError, ApprovalNotFound, ExecutorError, SandboxLost, SessionNotFound
+from executor.errors import (
+    AgentProtocolError,
+    ApprovalNotFound,
+    Draining,
+    ExecutorError,
+    SandboxLost,
+    SessionNotFound,
+    SessionStopped,
+)
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
 from executor.sandbox.usage import UsageMark, usage_path
 from executor.service.files import unlinked_file
@@ -42,7 +50,7 @@ from executor.service.wire import (
 from executor.session import Executor, Session
 from executor.session.pool import PoolStats
 
-__all__ = ["Draining", "Held", "LiveStream", "Metrics", "RawStreams", "Service", "SessionStopped", "open_service"]
+__all__ = ["Held", "LiveStream", "Metrics", "RawStreams", "Service", "open_service"]
 
 logger = logging.getLogger("executor.service")
 
@@ -51,15 +59,6 @@ Stream = Literal["stdout", "stderr"]
 _REAP_EVERY_S: Final = 1.0
 _CLOSE_BUDGET_S: Final = 20.0
 _BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, math.inf)
-
-
-class Draining(ExecutorError):
-    """The service got SIGTERM and takes no new work (a 503)."""
-
-
-class SessionStopped(ExecutorError):
-    """The session was stopped (``DELETE``) while this ran: what ran in it was cancelled, its process group killed
-    (a 409)."""
 
 
 def owns(session_owner: str | None, caller: str | None) -> bool:
@@ -508,7 +507,10 @@ class Service:
                 held = Held(session, idle_limit_s)
                 self.held[session.id] = held
                 task_status.started(held)
-                await held.closing.wait()
+                async with trio.open_nursery() as watch:
+                    watch.start_soon(self._release_when_lost, held)
+                    await held.closing.wait()
+                    watch.cancel_scope.cancel()
         except Exception:
             if held is None:
                 raise  # not started: the request that asked gets the error
@@ -518,6 +520,21 @@ class Service:
                 if self.held.get(held.session.id) is held:
                     del self.held[held.session.id]
                 held.done.set()
+
+    async def _release_when_lost(self, held: Held) -> None:
+        """Let go of a session whose container died while held: the next request finds it again by its labels (a
+        named one's ``--create`` recreates it on its kept workspace) instead of failing on the dead connection."""
+        await held.session.wait_lost()
+        if held.closing.is_set():
+            return
+        logger.warning("session %s lost its agent (its container stopped or died)", held.session.id)
+        if self.held.get(held.session.id) is held:
+            del self.held[held.session.id]
+        held.stopping = True
+        # What runs in it fails on the dead connection now: let it record that before the session closes.
+        with trio.move_on_after(_CLOSE_BUDGET_S):
+            await held.quiet.wait()
+        held.closing.set()
 
     def _find_held(self, id_or_name: str) -> Held | None:
         held = self.held.get(id_or_name)

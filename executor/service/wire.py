@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, ValidationError, field_validator
 
 from executor.models import Base64Bytes, RunResult
 
@@ -43,6 +43,7 @@ __all__ = [
     "TaskStart",
     "TaskView",
     "WriteRequest",
+    "validation_message",
 ]
 
 API_VERSION = "v1"
@@ -87,7 +88,7 @@ class SessionCreate(_Wire):
     """Override the profile's image (an ``images/`` folder name or a local ``name:tag``)."""
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
     """A name, unique among live sessions; a named session outlives the service and is found again on restart."""
-    idle_s: float | Literal["none"] | None = None
+    idle_s: StrictFloat | Literal["none"] | None = None
     """Idle limit in seconds (``none``: no limit; unset: ``sessions.idle_s``, or for a named session whose stopped
     workspace this reuses, the limit it had). A named session stores it and keeps it across service restarts."""
 
@@ -324,7 +325,7 @@ class ApprovalView(_Wire):
 class ApprovalAnswer(_Wire):
     """An answer to an ask."""
 
-    approve: bool
+    approve: StrictBool
     """True approves that exact action once; false denies it."""
 
 
@@ -387,3 +388,10 @@ class FilesQuery(_Wire):
     """Upload: the folder to unpack into (created if missing). Download: the file or folder to pack."""
     approvals: Literal["wait", "none"] = "wait"
     """``wait``: an ask waits for an out-of-band answer; ``none``: it comes back blocked at once."""
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line for a request that does not validate: its first problem, where, and how many there are."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+    return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"

@@ -223,14 +223,16 @@ class Executor:
         None keeps the stopped session's own, else ``sessions.idle_s``). A well-formed session id is never created.
 
         Raises:
-            SessionNotFound: no such session, it is not running, or it belongs to another owner.
+            SessionNotFound: no such session, it is not running (a stopped named one's message says how to start
+                it again), or it belongs to another owner.
             SessionUnhealthy: the session was found unresponsive earlier; stop it first.
         """
         policy: Policy | None = None
         try:
             info = await self.backend.find_session(id_or_name)
-            if create and info.name == id_or_name and info.state in ("exited", "dead"):
-                raise SessionNotFound(id_or_name)  # recreated below, on its kept workspace
+            if info.stopped_named and owner_matches(info.owner, owner):
+                # Asked by name with create: recreated below, on its kept workspace. Else the caller is told how.
+                raise SessionNotFound(id_or_name if create and info.name == id_or_name else info.not_running_message())
         except SessionNotFound as exc:
             if not create:
                 raise

@@ -137,6 +137,11 @@ class Session:
         """The session's decision journal (ndjson)."""
         return self._journal.path
 
+    async def wait_lost(self) -> None:
+        """Return once the connection to the session's agent is gone (its container died, or the session closed):
+        a holder of the session learns it then, not at its next call."""
+        await self._client.wait_closed()
+
     # -- gating ------------------------------------------------------------------------------------------------
 
     def _handler(self, given: HandlerChoice) -> ApprovalHandler | None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,38 @@ def test_two_homes_and_a_named_session_that_survives_a_stop(base_image: str, hom
     finally:
         _executor(home, "session", "stop", name)
     assert name not in {s["name"] for s in _json(_executor(home, "session", "ls"))["sessions"]}
+
+
+@pytest.mark.docker
+def test_a_named_session_whose_container_died_is_recreated_by_create(base_image: str, either_home: Path) -> None:
+    """A named session's container killed under it (held by a service or not): without --create the call says it
+    is not running (exit 2); with --create its container is recreated on the kept workspace and the call runs there
+    (over a service too: the service lets go of a session whose agent connection died)."""
+    home = either_home
+    name = "cli-" + os.urandom(4).hex()
+    started = _executor(home, "session", "start", "--name", name)
+    assert started.returncode == 0, started.stderr
+    session_id = _json(started)["session"]["id"]
+    try:
+        assert _executor(home, "exec", "--session", name, "--", "echo kept > f").returncode == 0
+        containers = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label=executor.session={session_id}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert len(containers) == 1
+        subprocess.run(["docker", "kill", *containers], capture_output=True, check=True)
+        deadline = time.monotonic() + 60
+        state = "running"
+        while state == "running" and time.monotonic() < deadline:
+            listed = _json(_executor(home, "session", "ls"))["sessions"]
+            state = next(s["state"] for s in listed if s["id"] == session_id)
+        assert state in ("exited", "dead")
+        refused = _executor(home, "exec", "--session", name, "--", "cat f")
+        assert refused.returncode == 2 and name in _json(refused)["error"], refused.stdout
+        recreated = _executor(home, "exec", "--session", name, "--create", "--", "cat f")
+        assert recreated.returncode == 0, recreated.stdout + recreated.stderr
+        assert _json(recreated)["stdout"] == "kept\n" and _json(recreated)["session"]["id"] == session_id
+    finally:
+        _executor(home, "session", "stop", name)

@@ -510,13 +510,7 @@ class DockerBackend(Backend):
         await self._check_healthy(info)
         if info.state != "running":
             if info.name:
-                container = "is gone" if info.workspace_only else "stopped"
-                raise SandboxLost(
-                    f"session {info.name} is not running (its container {container}; its workspace is kept): "
-                    f"`executor exec --session {info.name} --create` or `executor session start --name {info.name}` "
-                    "recreates its container on that workspace, `executor session stop "
-                    f"{info.name}` deletes it"
-                )
+                raise SandboxLost(info.not_running_message())
             raise SandboxLost(f"session {session_id} is {info.state}; start a new one")
         if info.transport == "socket":
             try:
