@@ -24,7 +24,6 @@ from executor.errors import (
     ConfigError,
     ExecutorError,
     ImageNotFound,
-    SandboxLost,
     SessionNameTaken,
     SessionNotFound,
     TaskNotFound,
@@ -568,21 +567,27 @@ def test_a_client_behind_more_than_the_spool_loses_chunks_and_the_result_says_so
 
 
 def test_a_session_removed_behind_the_service_is_let_go(shared_service: ServiceProcess) -> None:
-    """A held named session whose container someone else removed gives one sandbox_lost result, then a clear
-    SandboxLost saying its workspace is kept and how to recreate it."""
+    """A held named session whose container someone else removed is let go as soon as its agent connection dies
+    (not at its next request); a request for it then says it is not running, its workspace is kept, and how to
+    recreate it; creating the name again recreates it on that workspace."""
     import subprocess
 
     with shared_service.client() as client:
         name = new_name()
         client.create_session(name=name)
-        assert client.exec(name, "true").outcome == "completed"
+        assert client.exec(name, "echo kept > f").outcome == "completed"
         # Behind the service's back: the engine removes the container (the CLI would ask the service itself).
         session_id = client.session(name).id
         subprocess.run(["docker", "rm", "-f", f"executor-{session_id}"], capture_output=True, timeout=120, check=True)
-        lost = client.exec(name, "true")
-        assert lost.outcome == "error" and lost.run is not None and lost.run.cause == "sandbox_lost"
-        with pytest.raises(SandboxLost, match="workspace is kept"):
+        deadline = time.monotonic() + 30
+        while client.session(name).held:
+            assert time.monotonic() < deadline, "the service still holds a session whose container is gone"
+            time.sleep(0.05)
+        with pytest.raises(SessionNotFound, match="not running .*workspace is kept.*--create"):
             client.exec(name, "true")
+        assert client.create_session(name=name).id == session_id
+        assert client.exec(name, "cat f").stdout == b"kept\n"
+        client.stop_session(name)
 
 
 def test_stopping_a_session_cancels_what_runs_in_it(shared_service: ServiceProcess) -> None:

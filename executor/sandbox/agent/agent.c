@@ -791,7 +791,8 @@ static void child_fail(int fd, const char *stage)
 /* Fork the command in its own session as opt.uid/opt.gid. Returns 0, or -1 with err filled. */
 static int spawn(struct run *r, struct run_req *req, char *err, size_t errlen)
 {
-    char *sh_argv[4] = {NULL, "-c", req->cmd, NULL};
+    /* "--" ends the shell's options: a command that starts with '-' is a command, not an option of bash. */
+    char *sh_argv[5] = {NULL, "-c", "--", req->cmd, NULL};
     char **argv = req->argv;
     if (req->cmd != NULL) {
         if (access("/bin/bash", X_OK) == 0) {

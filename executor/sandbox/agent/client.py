@@ -467,7 +467,7 @@ def _long_script(spec: RunSpec) -> tuple[RunSpec, list[str] | None]:
     """A command too long for one argument travels ahead of its stdin on the stdin pipe.
 
     Linux caps one argument (and one environment string) at 128 KiB (``MAX_ARG_STRLEN``), so ``bash -c CMD`` cannot
-    start past it. Then the run is ``bash -c 'eval "$(head -c N)"'`` with stdin = the N script bytes followed by the
+    start past it. Then the run is ``bash -c -- 'eval -- "$(head -c N)"'`` with stdin = the N script bytes followed by the
     caller's stdin: ``head -c N`` reads exactly N bytes (GNU head never reads past its count), so the command's own
     stdin starts where the caller's bytes do (at EOF when the caller gave none). ``$0``, positional parameters and
     the exit status behave as under ``bash -c``.
@@ -475,11 +475,11 @@ def _long_script(spec: RunSpec) -> tuple[RunSpec, list[str] | None]:
     script = spec.command.encode("utf-8", "surrogateescape")
     if len(script) <= _ARG_SAFE_BYTES:
         return spec, None
-    loader = f'eval "$(head -c {len(script)})"'
+    loader = f'eval -- "$(head -c {len(script)})"'
     if isinstance(spec.stdin, StdinFile):
         raise AgentError("a command this long cannot take its stdin from a file; shorten the command")
     stdin = script + (spec.stdin or b"")
-    return spec.model_copy(update={"stdin": stdin}), ["/bin/bash", "-c", loader]
+    return spec.model_copy(update={"stdin": stdin}), ["/bin/bash", "-c", "--", loader]
 
 
 def _raise_error(frame: Frame) -> None:

@@ -68,6 +68,16 @@ async def test_plain_causes_in_a_container(session: Session) -> None:
     assert "got=[] rc=1" in read.text
 
 
+async def test_a_command_that_starts_with_a_dash_is_a_command(session: Session) -> None:
+    """A command starting with '-' is the shell's command, not one of its options (``bash -c -- CMD``), short or long
+    enough to travel on stdin."""
+    for command in ("-x", "--version", "-" + " " * 200_000 + "x"):
+        ran = await session.bash(command)
+        assert ran.run is not None and ran.run.exit_code == 127, (command[:20], ran.text)
+        assert "command not found" in ran.stderr
+    assert (await session.bash('echo "$#"')).stdout == "0\n"
+
+
 async def test_term_ignoring_group_dies_at_the_deadline(session: Session) -> None:
     """A TERM-ignoring child is killed with the group at the deadline (not left to run its 301 s)."""
     with trio.fail_after(60):
