@@ -583,7 +583,7 @@ def test_a_session_removed_behind_the_service_is_let_go(shared_service: ServiceP
         while client.session(name).held:
             assert time.monotonic() < deadline, "the service still holds a session whose container is gone"
             time.sleep(0.05)
-        with pytest.raises(SessionNotFound, match="not running .*workspace is kept.*--create"):
+        with pytest.raises(SessionNotFound, match=r"not running .*workspace is kept.*--create"):
             client.exec(name, "true")
         assert client.create_session(name=name).id == session_id
         assert client.exec(name, "cat f").stdout == b"kept\n"

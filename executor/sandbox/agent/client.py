@@ -467,8 +467,8 @@ def _long_script(spec: RunSpec) -> tuple[RunSpec, list[str] | None]:
     """A command too long for one argument travels ahead of its stdin on the stdin pipe.
 
     Linux caps one argument (and one environment string) at 128 KiB (``MAX_ARG_STRLEN``), so ``bash -c CMD`` cannot
-    start past it. Then the run is ``bash -c -- 'eval -- "$(head -c N)"'`` with stdin = the N script bytes followed by the
-    caller's stdin: ``head -c N`` reads exactly N bytes (GNU head never reads past its count), so the command's own
+    start past it. Then the run is ``bash -c -- 'eval -- "$(head -c N)"'`` with stdin = the N script bytes followed
+    by the caller's stdin: ``head -c N`` reads exactly N bytes (GNU head never reads past its count), so the command's own
     stdin starts where the caller's bytes do (at EOF when the caller gave none). ``$0``, positional parameters and
     the exit status behave as under ``bash -c``.
     """
