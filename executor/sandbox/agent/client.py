@@ -468,9 +468,9 @@ def _long_script(spec: RunSpec) -> tuple[RunSpec, list[str] | None]:
 
     Linux caps one argument (and one environment string) at 128 KiB (``MAX_ARG_STRLEN``), so ``bash -c CMD`` cannot
     start past it. Then the run is ``bash -c -- 'eval -- "$(head -c N)"'`` with stdin = the N script bytes followed
-    by the caller's stdin: ``head -c N`` reads exactly N bytes (GNU head never reads past its count), so the command's own
-    stdin starts where the caller's bytes do (at EOF when the caller gave none). ``$0``, positional parameters and
-    the exit status behave as under ``bash -c``.
+    by the caller's stdin: ``head -c N`` reads exactly N bytes (GNU head never reads past its count), so the
+    command's own stdin starts where the caller's bytes do (at EOF when the caller gave none). ``$0``, positional
+    parameters and the exit status behave as under ``bash -c``.
     """
     script = spec.command.encode("utf-8", "surrogateescape")
     if len(script) <= _ARG_SAFE_BYTES:
