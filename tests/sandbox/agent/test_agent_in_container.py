@@ -74,7 +74,7 @@ async def test_a_command_that_starts_with_a_dash_is_a_command(session: Session) 
     for command in ("-x", "--version", "-" + " " * 200_000 + "x"):
         ran = await session.bash(command)
         assert ran.run is not None and ran.run.exit_code == 127, (command[:20], ran.text)
-        assert "command not found" in ran.stderr
+        assert ran.stderr is not None and "command not found" in ran.stderr
     assert (await session.bash('echo "$#"')).stdout == "0\n"
 
 
