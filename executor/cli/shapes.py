@@ -291,6 +291,17 @@ def ended_text(run: Mapping[str, Any] | None) -> str:
     return f"ended ({run.get('cause')}) after {seconds:.2f}s"
 
 
+def _ended_state(run: Mapping[str, Any] | None) -> str:
+    """An ended task's state in a table cell: ``exited 3``, ``signal 9``, or its cause."""
+    if run is None:
+        return "ended"
+    if run.get("cause") == "exited":
+        return f"exited {run.get('exit_code')}"
+    if run.get("signal") is not None:
+        return f"signal {run.get('signal')}"
+    return str(run.get("cause") or "ended")
+
+
 def _escape(text: str) -> str:
     # Commands and names are shown on a terminal: control characters are made visible, never obeyed.
     return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
@@ -298,11 +309,11 @@ def _escape(text: str) -> str:
 
 def task_table(tasks: Iterable[Mapping[str, Any]]) -> str:
     """``executor bg ls`` as text."""
-    rows = [f"{'TASK':12} {'STATE':8} {'ARTIFACT':20} COMMAND"]
+    rows = [f"{'TASK':12} {'STATE':12} {'ARTIFACT':20} COMMAND"]
     for task in tasks:
-        state = "running" if task.get("running") else "ended"
+        state = "running" if task.get("running") else _ended_state(task.get("result") or task.get("run"))
         command = _escape(str(task.get("command", ""))[:200])
-        rows.append(f"{task.get('task_id', ''):12} {state:8} {task.get('artifact_id') or '-':20} {command}")
+        rows.append(f"{task.get('task_id', ''):12} {state:12} {task.get('artifact_id') or '-':20} {command}")
     return "\n".join(rows)
 
 

@@ -302,7 +302,7 @@ class TaskView(_Wire):
     artifact_id: str | None = None
     """The artifact mirroring its streams."""
     run: RunResult | None = None
-    """How it ended, once it has (only known to ``stop``)."""
+    """How it ended, once it has."""
 
 
 class ApprovalView(_Wire):

@@ -274,6 +274,8 @@ class BackgroundTasks:
             record = records.get(task.task_id)
             if record is None or (owner is not None and not owner_matches(record.owner, owner)):
                 continue
+            # How an ended task ended: an empty read carries its result (no bytes move).
+            result = None if task.running else (await self._client.read_task(task.task_id, "stdout", 0, 0)).result
             out.append(
                 TaskInfo(
                     task_id=task.task_id,
@@ -281,6 +283,7 @@ class BackgroundTasks:
                     running=task.running,
                     owner=record.owner,
                     artifact_id=record.artifact_id,
+                    result=result,
                 )
             )
         return out

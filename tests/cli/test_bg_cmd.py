@@ -4,6 +4,7 @@ background task in a named session, and read its artifact."""
 from __future__ import annotations
 
 import os
+import re
 import select
 import subprocess
 import sys
@@ -21,8 +22,8 @@ SESSION_KEYS = {"id", "name", "image", "profile", "state", "created_at", "owner"
 
 
 def test_background_task_lifecycle(either_home: Path) -> None:
-    """A started task is listed, read from offsets until its output arrives, stopped, and then reported ended; its
-    artifact id leads to its output."""
+    """A started task is listed, read from offsets until its output arrives, stopped, and then listed with how it
+    ended; its artifact id leads to its output."""
     home = either_home
     with named_session(home) as name:
         argv = ("bg", "start", "--session", name, "--json", "--", "echo first; echo second; sleep 60")
@@ -60,7 +61,19 @@ def test_background_task_lifecycle(either_home: Path) -> None:
         assert stopped.json()["task"]["result"]["cause"] in ("cancelled", "signaled")
 
         ended = cli(home, "bg", "ls", "--session", name)
-        assert ended.code == 0 and f"{task}" in ended.stdout and "ended" in ended.stdout
+        assert ended.code == 0 and re.search(rf"^{task} +(signal 15|cancelled) ", ended.stdout, re.M), ended.stdout
+
+        # An ended task is listed with how it ended (the table says "exited 3"; --json has its run result).
+        three = cli(home, "--json", "bg", "start", "--session", name, "--", "exit 3").json()["task_id"]
+        deadline = time.monotonic() + 30
+        while True:
+            tasks = {t["task_id"]: t for t in cli(home, "--json", "bg", "ls", "--session", name).json()["tasks"]}
+            if not tasks[three]["running"] or time.monotonic() > deadline:
+                break
+        assert tasks[three]["result"]["cause"] == "exited" and tasks[three]["result"]["exit_code"] == 3
+        assert tasks[task]["result"]["cause"] in ("cancelled", "signaled")
+        table = cli(home, "bg", "ls", "--session", name).stdout
+        assert re.search(rf"^{three} +exited 3 ", table, re.M), table
 
         # The artifact `bg start` named leads to the task's output on both paths: over a service, which mirrored
         # the task while it ran, it is that artifact; in-process the starting CLI was gone at once (its mirror
@@ -68,7 +81,7 @@ def test_background_task_lifecycle(either_home: Path) -> None:
         artifact = data["artifact_id"]
         if home.joinpath("service.sock").exists():
             listed_ended = cli(home, "--json", "bg", "ls", "--session", name).json()["tasks"]
-            assert [t["artifact_id"] for t in listed_ended] == [artifact]
+            assert [t["artifact_id"] for t in listed_ended if t["task_id"] == task] == [artifact]
         paged = cli(home, "--json", "output", "read", artifact)
         assert paged.code == 0 and "first\nsecond" in paged.json()["text"], paged.stdout
 
