@@ -61,7 +61,6 @@ from executor.cli.exec_cmd import (
 )
 from executor.models import RunResult
 from executor.session import SessionAPI, TaskInfo, ToolResult
-from executor.session.follow import read_page
 
 __all__ = ["app"]
 
@@ -184,13 +183,9 @@ def _follower(
 
     async def follow(s: SessionAPI) -> RunResult | None:
         out = sys.stdout.buffer
-
-        async def read(at: int, size: int) -> ToolResult:
-            return await s.read_task(task_id, stream=stream, offset=at, max_bytes=size)
-
         at = offset
         while True:
-            page = await read_page(read, at, max_bytes)
+            page = await s.read_task_bytes(task_id, stream=stream, offset=at, max_bytes=max_bytes)
             if page.data:
                 out.write(page.data)
                 out.flush()
@@ -198,7 +193,7 @@ def _follower(
                 at = page.next_offset
                 continue
             if not page.running and at >= page.end:
-                return page.result.run
+                return page.run
             await trio.sleep(_FOLLOW_POLL_S)
 
     return follow

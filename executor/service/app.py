@@ -85,8 +85,7 @@ from executor.service.wire import (
     WriteRequest,
     validation_message,
 )
-from executor.session import ToolResult
-from executor.session.follow import read_page
+from executor.session import TaskBytes, ToolResult
 from executor.session.presentation import results_read_by
 from executor.tools.archive import pack_command, unpack_command
 from executor.tools.bash import build_run_spec
@@ -658,33 +657,35 @@ class _Api:
         if not query.follow:
             return _json(_wire(first))
 
-        # Pages no longer than the display budget, so that a page's text is all of its bytes (see read_page).
-        size = min(query.max_bytes, self.service.settings.artifacts.display_max_chars)
-
-        async def sized(offset: int, max_bytes: int) -> ToolResult:
+        async def follow_page(offset: int) -> tuple[ToolResult, TaskBytes]:
+            """A page's exact bytes (any bytes, UTF-8 or not) and the read's result for the same range."""
             async with self.service.using(held):
-                return await session.read_task(
-                    task_id, stream=query.stream, offset=offset, max_bytes=max_bytes, owner=owner
+                raw = await session.read_task_bytes(
+                    task_id, stream=query.stream, offset=offset, max_bytes=query.max_bytes, owner=owner
                 )
+                view = await session.read_task(
+                    task_id, stream=query.stream, offset=raw.offset, max_bytes=len(raw.data), owner=owner
+                )
+            return view, raw
 
         async def lines() -> AsyncIterator[bytes]:
             at, sent = query.offset, False
             while True:
                 try:
-                    current = await read_page(sized, at, size)
+                    view, raw = await follow_page(at)
                 except ExecutorError as exc:
                     yield _line(ErrorEvent(error=ErrorInfo(type=public_name(exc), message=str(exc))))
                     return
-                done = not current.running and current.next_offset >= current.end
-                if current.next_offset > at or done or not sent:
+                done = not raw.running and raw.next_offset >= raw.end
+                if raw.data or done or not sent:
                     # Pages with nothing new are not sent: a follower sees new bytes, and the end.
-                    yield _line(PageEvent(result=_wire(current.result), data=current.data))
+                    yield _line(PageEvent(result=_wire(view), data=raw.data))
                     sent = True
                 if done:
                     return
-                if current.next_offset <= at:
+                if not raw.data:
                     await _sleep(_FOLLOW_POLL_S)
-                at = max(at, current.next_offset)
+                at = raw.next_offset
 
         return StreamingResponse(lines(), media_type=_NDJSON)
 

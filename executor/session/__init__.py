@@ -30,6 +30,7 @@ from executor.session.api import (
     HandlerChoice,
     Outcome,
     SessionAPI,
+    TaskBytes,
     TaskInfo,
     ToolResult,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "Outcome",
     "Session",
     "SessionAPI",
+    "TaskBytes",
     "TaskInfo",
     "ToolResult",
     "open_executor",

@@ -29,6 +29,7 @@ __all__ = [
     "HandlerChoice",
     "Outcome",
     "SessionAPI",
+    "TaskBytes",
     "TaskInfo",
     "ToolResult",
 ]
@@ -175,6 +176,33 @@ class TaskInfo(BaseModel):
     """How it ended, once it has."""
 
 
+class TaskBytes(BaseModel):
+    """One page of a background task's stream as its exact bytes (for followers that print them: ``bg read
+    --follow``, the service's ``follow=true``); not sanitized, as an exec's raw streams are not."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_id: str
+    """The task."""
+    stream: Literal["stdout", "stderr"]
+    """Which stream."""
+    data: bytes
+    """The bytes from ``offset``; empty at the current end."""
+    offset: int
+    """Whole-stream offset of ``data`` (moved up past what the agent's buffer dropped)."""
+    end: int
+    """Bytes the stream has produced so far."""
+    running: bool
+    """The task still runs."""
+    run: RunResult | None = None
+    """How the task ended, once it has."""
+
+    @property
+    def next_offset(self) -> int:
+        """Where the next read starts."""
+        return self.offset + len(self.data)
+
+
 class SessionAPI(Protocol):
     """One session: its tools and its background tasks (see :class:`~executor.session.Session` for the contract)."""
 
@@ -286,6 +314,18 @@ class SessionAPI(Protocol):
         owner: str | None = None,
     ) -> ToolResult:
         """Read a background task's stream from a byte offset."""
+        ...
+
+    async def read_task_bytes(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: int = 0,
+        max_bytes: int = 65_536,
+        owner: str | None = None,
+    ) -> TaskBytes:
+        """Read a background task's stream from a byte offset as its exact bytes."""
         ...
 
     async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:

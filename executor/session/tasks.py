@@ -22,7 +22,7 @@ from executor.journal import JournalWriter
 from executor.journal.events import ExecutionFinished, ExecutionStarted
 from executor.models import RunResult, RunSpec
 from executor.sandbox.agent.client import AgentClient
-from executor.session.api import TaskInfo, ToolResult
+from executor.session.api import TaskBytes, TaskInfo, ToolResult
 from executor.session.gating import owner_matches
 from executor.session.presentation import Views
 from executor.tools.bash import cwd_rejection
@@ -248,6 +248,28 @@ class BackgroundTasks:
                 "dropped": chunk.start,
                 "running": chunk.running,
             },
+        )
+
+    async def read_task_bytes(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"],
+        offset: int,
+        max_bytes: int,
+        owner: str | None,
+    ) -> TaskBytes:
+        """See :meth:`executor.session.Session.read_task_bytes`."""
+        self._task(task_id, owner)
+        chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
+        return TaskBytes(
+            task_id=task_id,
+            stream=stream,
+            data=chunk.data,
+            offset=chunk.offset,
+            end=chunk.end,
+            running=chunk.running,
+            run=chunk.result,
         )
 
     async def stop_task(self, task_id: str, *, owner: str | None) -> TaskInfo:

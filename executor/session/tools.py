@@ -43,6 +43,7 @@ from executor.session.api import (
     FocusMode,
     HandlerChoice,
     Outcome,
+    TaskBytes,
     TaskInfo,
     ToolResult,
 )
@@ -641,6 +642,25 @@ class Session:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         return await self._tasks.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
+
+    async def read_task_bytes(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: int = 0,
+        max_bytes: int = 65_536,
+        owner: str | None = None,
+    ) -> TaskBytes:
+        """Read a background task's stream from whole-stream byte ``offset`` as its exact bytes (any bytes, UTF-8
+        or not), for a follower that prints them; ``next_offset`` continues.
+
+        Raises:
+            TaskNotFound: no such task, or it belongs to another owner.
+        """
+        return await self._tasks.read_task_bytes(
+            task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner
+        )
 
     async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:
         """Kill a background task's whole process group (TERM, grace, KILL) and say how it ended.

@@ -39,6 +39,7 @@ from executor.session import (
     FocusMode,
     HandlerChoice,
     SessionAPI,
+    TaskBytes,
     TaskInfo,
     ToolResult,
 )
@@ -242,6 +243,19 @@ class FakeSession:
         return ToolResult(
             tool="task_read", outcome="completed", text=f"output of {task_id}", task_id=task_id, data=request
         )
+
+    async def read_task_bytes(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: int = 0,
+        max_bytes: int = 65_536,
+        owner: str | None = None,
+    ) -> TaskBytes:
+        """No bytes at ``offset`` of one of the owner's tasks (ended when stopped)."""
+        info = self._task(task_id, owner)
+        return TaskBytes(task_id=task_id, stream=stream, data=b"", offset=offset, end=offset, running=info.running)
 
     async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:
         """Mark one of the owner's tasks ended."""

@@ -145,6 +145,21 @@ def test_read_follow_prints_lines_as_they_come_and_exits_with_the_tasks_code(eit
                     proc.kill()
 
 
+def test_read_follow_prints_any_bytes_exactly(either_home: Path) -> None:
+    """--follow prints the task's bytes as they are, UTF-8 or not (a character cut across pages, invalid bytes,
+    NUL), in-process and over a service."""
+    home = either_home
+    payload = bytes(range(256)) * 64 + "é".encode() * 5000 + b"\xff\xfe\x80 end\n"
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        assert cli(home, "write", "--session", name, "payload.bin", "--from", "-", stdin=payload).code == 0
+        started = cli(home, "--json", "bg", "start", "--session", name, "--", "cat payload.bin")
+        assert started.code == 0, started.stderr
+        followed = cli(home, "bg", "read", started.json()["task_id"], "--session", name, "--follow")
+        assert followed.code == 0, followed.stderr
+        assert followed.stdout_bytes == payload
+
+
 def test_read_follow_refuses_json(home: Path) -> None:
     """--follow prints raw bytes: with --json it is exit 2 and a JSON error."""
     ran = cli(home, "--json", "bg", "read", "t1", "--session", "x", "--follow")
