@@ -81,7 +81,7 @@ class BackgroundTasks:
         record = self._artifacts.task(task_id)
         # The owner token is opaque: it is compared only when the caller (a surface's access policy) passes one.
         if record is None or (owner is not None and not owner_matches(record.owner, owner)):
-            raise TaskNotFound(f"no background task {task_id!r} in this session; task_list shows yours")
+            raise TaskNotFound(f"no background task {task_id!r} in this session (the session's task list shows yours)")
         return record
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
