@@ -587,7 +587,7 @@ class _Api:
                 raise _DownloadCut(f"the download of {query.path} was cut short: {why}")
 
         headers = {"x-executor-artifact": artifacts[-1] if artifacts else ""}
-        return StreamingResponse(body(), media_type="application/x-tar", headers=headers)
+        return _CuttableResponse(body(), media_type="application/x-tar", headers=headers)
 
     # -- output ------------------------------------------------------------------------------------------------
 
@@ -718,6 +718,18 @@ _DOWNLOAD_HEAD_BYTES: Final = 64 * 1024
 
 class _DownloadCut(Exception):
     """A download failed after its response started."""
+
+
+class _CuttableResponse(StreamingResponse):
+    """A streamed body its producer may cut short (:class:`_DownloadCut`, logged where it is raised): the response
+    then ends without its final chunk, so the server closes the connection and the client learns the body is
+    incomplete, with no traceback in the service's log."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except* _DownloadCut:
+            pass
 
 
 class _HttpConflict(Exception):

@@ -95,7 +95,8 @@ def test_an_archive_leaving_the_destination_is_refused(shared_service: ServicePr
 @pytest.mark.timeout(300)
 def test_bounds_cut_both_ways(service_factory: Any, tmp_path: Path) -> None:
     """An upload above service.max_request_bytes is refused naming the setting; a download that grows past
-    service.download_max_bytes after it started streaming is cut short, and nothing is unpacked."""
+    service.download_max_bytes after it started streaming is cut short (one warning line in the service's log), and
+    nothing is unpacked."""
     service: ServiceProcess = service_factory(service__max_request_bytes="65536", service__download_max_bytes="1MiB")
     service.start()
     big = tmp_path / "big"
@@ -112,6 +113,10 @@ def test_bounds_cut_both_ways(service_factory: Any, tmp_path: Path) -> None:
         assert not (tmp_path / "dest").exists()
         # The session is fine afterwards.
         assert client.exec(session, "echo still").stdout == b"still\n"
+    # The cut is one warning line in the service's log, not a traceback.
+    log = "".join(service.stderr)
+    assert "download of out cut short: it grew past service.download_max_bytes" in log
+    assert "Traceback" not in log, log
 
 
 _CHILD = textwrap.dedent(
