@@ -345,6 +345,9 @@ class BashSettings(_Section):
     under this cap runs."""
     max_stdin_bytes: Bytes = Field(64 * _MIB, ge=0, le=1024 * _MIB)
     """Largest stdin a caller may supply."""
+    max_env_bytes: Bytes = Field(256 * 1024, ge=1024, le=768 * 1024)
+    """Most bytes of environment entries a caller may add to one command (``NAME=value`` each, as the kernel counts
+    them; one entry is at most 128 KiB whatever this says). A larger value belongs in a file."""
     orphans: Literal["kill", "keep"] = "kill"
     """What happens to processes a foreground command left running: ``kill`` them (and list them in the result),
     or ``keep`` them until the session closes."""

@@ -484,6 +484,7 @@ class _Api:
 
     async def upload(self, request: Request) -> Response:
         query = self.query(request, FilesQuery)
+        command = unpack_command(query.path)  # a path no command can take is refused before the body is read
         held = await self.held(request)
         # Unpacked by tar inside the container, as the session user: the sandbox is the boundary, and the action is
         # gated like any command, bound to the archive's hash (its stdin). The body goes to a private file as it
@@ -498,13 +499,13 @@ class _Api:
                 if not spool.write(chunk):
                     raise _too_large(limit)
             stdin = spool.stdin()
-            command = unpack_command(query.path)
             wait = query.approvals == "wait"
             result, raw = await self._gated_bash(held, self.owner(request), command, stdin=stdin, wait=wait)
         return _json(_exec_result(result, raw))
 
     async def download(self, request: Request) -> Response:
         query = self.query(request, FilesQuery)
+        command = pack_command(query.path)
         held = await self.held(request)
         owner = self.owner(request)
         limit = self.svc.download_max_bytes
@@ -532,7 +533,7 @@ class _Api:
                 with scope:
                     async with self.service.using(held):
                         with tee_captures(tee, kind="bash", on_begin=artifacts.append):
-                            result = await held.session.bash(pack_command(query.path), approval_handler=handler)
+                            result = await held.session.bash(command, approval_handler=handler)
                     box["result"] = result
                     self.service.metrics.command(result.outcome, time.monotonic() - started)
                     if result.run is not None and result.run.cause == "sandbox_lost":

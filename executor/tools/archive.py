@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Final
 
-from executor.errors import ContentRejected, UnsafeTarget
+from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 
 __all__ = ["ArchiveStats", "TarPacker", "extract_tar", "pack_command", "unpack_command"]
 
@@ -30,18 +30,31 @@ _BLOCK: Final = 512
 _CHUNK: Final = 1024 * 1024
 
 
+def _checked(path: str, what: str) -> str:
+    if not path or "\0" in path:
+        raise PathRejected(f"{what} {path!r} is empty or contains a NUL byte; give a path in the session")
+    return path
+
+
 def unpack_command(dest: str) -> str:
     """The bash command that unpacks a tar read from stdin into folder ``dest`` (made if missing).
 
     Ownership is never taken from the archive; modes are kept as the session's umask allows.
+
+    Raises:
+        PathRejected: ``dest`` is empty or holds a NUL.
     """
-    quoted = shlex.quote(dest)
+    quoted = shlex.quote(_checked(dest, "the destination"))
     return f"mkdir -p -- {quoted} && tar -x --no-same-owner --no-same-permissions -C {quoted} -f -"
 
 
 def pack_command(path: str) -> str:
-    """The bash command that writes a tar of ``path`` (a file or a folder, under its own name) to stdout."""
-    parent, name = posixpath.split(path.rstrip("/") or "/")
+    """The bash command that writes a tar of ``path`` (a file or a folder, under its own name) to stdout.
+
+    Raises:
+        PathRejected: ``path`` is empty or holds a NUL.
+    """
+    parent, name = posixpath.split(_checked(path, "the path").rstrip("/") or "/")
     return f"tar -c -C {shlex.quote(parent or '.')} -f - -- {shlex.quote(name or '.')}"
 
 

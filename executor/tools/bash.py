@@ -10,12 +10,18 @@ This module decides nothing about permission (the gate does) and stores nothing 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from executor.config import BashSettings, Profile
 from executor.errors import CommandRejected, SpawnFailed
 from executor.models import RunSpec, StdinFile
 
 __all__ = ["build_run_spec", "cwd_rejection", "resolve_cwd"]
+
+_ARG_STRLEN: Final = 128 * 1024
+"""The kernel's bound on one argument or environment string, its NUL included (``MAX_ARG_STRLEN``)."""
+_PATH_MAX: Final = 4096
+"""The kernel's bound on a path, its NUL included (``PATH_MAX``)."""
 
 
 def _check_utf8(text: str, what: str) -> None:
@@ -40,6 +46,8 @@ def resolve_cwd(cwd: str | None, profile: Profile) -> str:
     if "\0" in cwd or "\n" in cwd:
         raise CommandRejected("cwd contains a NUL or newline; pass a plain directory path")
     _check_utf8(cwd, "cwd")
+    if len(cwd.encode("utf-8", "surrogateescape")) >= _PATH_MAX:
+        raise CommandRejected(f"cwd is longer than a path can be ({_PATH_MAX - 1} bytes); pass a shorter path")
     if cwd.startswith("/"):
         return cwd
     return f"{profile.workspace}/{cwd}"
@@ -86,8 +94,9 @@ def build_run_spec(
 
     Raises:
         CommandRejected: the command is empty or larger than ``max_command_bytes``, the timeout is not positive or
-            above ``max_timeout_ms``, stdin is larger than ``max_stdin_bytes``, an env name is malformed, the
-            command, the cwd or an env value holds a NUL, or one of them is not valid UTF-8.
+            above ``max_timeout_ms``, stdin is larger than ``max_stdin_bytes``, an env name is malformed, an env
+            entry is past the kernel's bound or all of them past ``max_env_bytes``, the cwd is longer than a path,
+            the command, the cwd or an env value holds a NUL, or one of them is not valid UTF-8.
     """
     size = len(command.encode("utf-8", "surrogateescape"))
     if not command.strip():
@@ -107,6 +116,7 @@ def build_run_spec(
         )
     if isinstance(stdin, StdinFile) and background:
         raise CommandRejected("a background task's stdin travels inline: give bytes, not a file")
+    env_bytes = 0
     for name, value in (env or {}).items():
         if not name or "=" in name or "\0" in name:
             raise CommandRejected(f"environment name {name!r} is malformed; names are non-empty and have no '=' or NUL")
@@ -114,8 +124,18 @@ def build_run_spec(
         if "\0" in value:
             raise CommandRejected(f"the environment value of {name!r} contains a NUL byte, which no process receives")
         _check_utf8(value, f"the environment value of {name!r}")
-    if cwd is not None and "\0" in cwd:
-        raise CommandRejected("the cwd contains a NUL byte; give a path without one")
+        entry = len(name.encode("utf-8", "surrogateescape")) + len(value.encode("utf-8", "surrogateescape")) + 2
+        if entry > _ARG_STRLEN:
+            raise CommandRejected(
+                f"the environment entry {name!r} is {entry} bytes; Linux passes at most {_ARG_STRLEN} bytes per "
+                "entry: write a large value to a file (write_file) and read it from there"
+            )
+        env_bytes += entry
+    if env_bytes > settings.max_env_bytes:
+        raise CommandRejected(
+            f"the environment entries are {env_bytes} bytes, above the {settings.max_env_bytes}-byte limit "
+            "(bash.max_env_bytes): write large values to a file (write_file) and read them from there"
+        )
     deadline: int | None = None
     if not background:
         deadline = settings.timeout_ms if timeout_ms is None else timeout_ms

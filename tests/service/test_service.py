@@ -24,6 +24,7 @@ from executor.errors import (
     ConfigError,
     ExecutorError,
     ImageNotFound,
+    PathRejected,
     SessionNameTaken,
     SessionNotFound,
     TaskNotFound,
@@ -154,6 +155,13 @@ def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServicePr
             client.exec(session, "true", env={"A": "x\0y"})
         with pytest.raises(CommandRejected, match=r"environment value of 'A' contains a NUL"):
             client.start_task(session, "true", env={"A": "x\0y"})
+        # Past what the agent's frame carries: refused, and the session stays (it was lost with it).
+        with pytest.raises(CommandRejected, match=r"bash\.max_env_bytes"):
+            client.exec(session, "true", env={f"V{i}": "x" * 100_000 for i in range(30)})
+        with pytest.raises(CommandRejected, match=r"cwd is longer than a path"):
+            client.start_task(session, "true", cwd="/" + "d" * 3_000_000)
+        with pytest.raises(PathRejected, match=r"contains a NUL"):
+            client.download_tar(session, "a\0b")
         assert client.exec(session, "pwd", cwd="/tmp").stdout == b"/tmp\n"
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
         answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true", "cwd": "/nonexistent"})

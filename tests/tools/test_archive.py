@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.errors import ContentRejected, UnsafeTarget
+from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 from executor.testing.files import listing, make_tree
 from executor.tools.archive import TarPacker, extract_tar, pack_command, unpack_command
 
@@ -114,3 +114,11 @@ def test_commands_quote_their_paths() -> None:
     assert pack_command("/work/out/") == "tar -c -C /work -f - -- out"
     assert pack_command("out") == "tar -c -C . -f - -- out"
     assert pack_command("/") == "tar -c -C / -f - -- ."
+
+
+@pytest.mark.parametrize("path", ["", "a\0b"])
+def test_a_path_no_command_can_take_is_refused(path: str) -> None:
+    with pytest.raises(PathRejected, match="empty or contains a NUL"):
+        pack_command(path)
+    with pytest.raises(PathRejected, match="empty or contains a NUL"):
+        unpack_command(path)

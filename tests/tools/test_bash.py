@@ -80,6 +80,26 @@ def test_empty_and_nul_commands_are_refused() -> None:
         _spec(cwd="/tmp\0/x")
 
 
+def test_the_environment_is_bounded_per_entry_and_in_all() -> None:
+    """One entry is at most the kernel's 128 KiB; all of them at most bash.max_env_bytes (default 256 KiB); a cwd
+    longer than a path is refused: none of them can reach the agent (a frame past its bound lost the session)."""
+    assert load_settings().bash.max_env_bytes == 256 * 1024
+    assert _spec(env={"A": "x" * (128 * 1024 - 3)}).env["A"]
+    with pytest.raises(CommandRejected, match=r"entry 'A' is 131073 bytes; Linux passes at most 131072"):
+        _spec(env={"A": "x" * (128 * 1024 - 2)})
+    wide = {f"V{i}": "x" * 100_000 for i in range(3)}
+    with pytest.raises(CommandRejected, match=r"above the 262144-byte limit \(bash\.max_env_bytes\)"):
+        _spec(env=wide)
+    assert _spec(env=wide, overrides={"bash": {"max_env_bytes": "768KiB"}}).env == wide
+    with pytest.raises(CommandRejected, match=r"bash\.max_env_bytes"):
+        _spec(env={"A": "x" * 2000}, overrides={"bash": {"max_env_bytes": 1024}})
+    for bad in (1023, 768 * 1024 + 1):
+        with pytest.raises(ConfigError, match=r"bash\.max_env_bytes"):
+            load_settings(overrides={"bash": {"max_env_bytes": bad}})
+    with pytest.raises(CommandRejected, match=r"cwd is longer than a path can be"):
+        _spec(cwd="/" + "d" * 4095)
+
+
 def test_stdin_cap_and_relative_cwd() -> None:
     """stdin above max_stdin_bytes is refused; a relative cwd lands inside the workspace."""
     with pytest.raises(CommandRejected, match=r"bash\.max_stdin_bytes"):

@@ -134,7 +134,11 @@ class AgentClient:
     # ------------------------------------------------------------------ plumbing
 
     async def _send(self, ftype: int, fid: int, payload: bytes = b"") -> None:
-        frame = encode_frame(ftype, fid, payload, max_frame=self._send_max)
+        try:
+            frame = encode_frame(ftype, fid, payload, max_frame=self._send_max)
+        except AgentProtocolError as exc:
+            # Refused here, before a byte went out: the connection is as good as before (not a protocol failure).
+            raise AgentError(f"the request is too large for the agent: {exc}") from None
         self._check()
         async with self._send_lock:
             try:
