@@ -14,6 +14,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     │   ├── ImageError                        an image could not be found, bootstrapped or built
     │   │   └── ImageNotFound (LookupError)   no image folder or local image of that name (bad input)
     │   ├── SessionNotFound (LookupError)     no such session (or not yours)
+    │   │   └── SessionNotRunning             a named session whose container stopped (its workspace is kept)
     │   ├── SessionRejected (ValueError)      a session name refused before anything started (shape, in use)
     │   │   └── SessionNameTaken              the name is a live session's, or kept for another owner
     │   ├── SandboxLost                       the session's container went away mid-action
@@ -87,6 +88,7 @@ __all__ = [
     "ServiceUnavailable",
     "SessionNameTaken",
     "SessionNotFound",
+    "SessionNotRunning",
     "SessionRejected",
     "SessionStopped",
     "SessionUnhealthy",
@@ -134,6 +136,11 @@ class ImageNotFound(ImageError, LookupError):
 
 class SessionNotFound(SandboxError, LookupError):
     """No session with that id or name (or it belongs to someone else)."""
+
+
+class SessionNotRunning(SessionNotFound):
+    """A named session whose container stopped or is gone, its workspace kept: starting the name again (``--create``,
+    ``session start --name``) recreates it there."""
 
 
 class SessionRejected(SandboxError, ValueError):

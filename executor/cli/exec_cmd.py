@@ -77,7 +77,7 @@ from executor.cli._common import (
 from executor.cli.shapes import missing_session_message
 from executor.cli.streams import read_capped, silence
 from executor.config import Settings
-from executor.errors import SessionNotFound
+from executor.errors import SessionNotFound, SessionNotRunning
 from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
 from executor.gate.judge import api_key_from
 from executor.ids import is_session_id, validate_session_name
@@ -163,7 +163,7 @@ async def session_scope(ex: ExecutorAPI, where: CliSession) -> AsyncIterator[Ses
             entered = True
             yield session
     except SessionNotFound as exc:
-        if entered or where.create or is_session_id(where.session):
+        if entered or where.create or is_session_id(where.session) or isinstance(exc, SessionNotRunning):
             raise
         # A mistyped name must not start a container: say how to make one on purpose.
         raise SessionNotFound(missing_session_message(where.session)) from exc

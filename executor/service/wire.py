@@ -138,8 +138,9 @@ class ExecRequest(_Wire):
     """Extra environment entries."""
     stdin: Base64Bytes | None = None
     """Bytes for stdin (base64), then closed; unset: /dev/null."""
-    timeout_ms: int | None = Field(None, ge=1)
-    """Deadline (default ``bash.timeout_ms``, at most ``bash.max_timeout_ms``)."""
+    timeout_ms: int | None = None
+    """Deadline (default ``bash.timeout_ms``; positive, at most ``bash.max_timeout_ms``: the session checks, so
+    the message is the same on every surface)."""
     focus_mode: Literal["off", "shadow", "on"] | None = None
     """Focus mode for the presented view."""
     intent: str | None = Field(None, max_length=2000)

@@ -18,7 +18,7 @@ import trio
 from executor.artifacts import ArtifactStore
 from executor.artifacts.hints import Surface
 from executor.config import Profile, Settings
-from executor.errors import ConfigError, SandboxError, SessionNotFound
+from executor.errors import ConfigError, SandboxError, SessionNotFound, SessionNotRunning
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate
@@ -223,8 +223,9 @@ class Executor:
         None keeps the stopped session's own, else ``sessions.idle_s``). A well-formed session id is never created.
 
         Raises:
-            SessionNotFound: no such session, it is not running (a stopped named one's message says how to start
-                it again), or it belongs to another owner.
+            SessionNotFound: no such session, or it belongs to another owner.
+            SessionNotRunning: a stopped named session, asked for without ``create`` (or by its id): the message says
+                how to start it again.
             SessionUnhealthy: the session was found unresponsive earlier; stop it first.
         """
         policy: Policy | None = None
@@ -232,9 +233,9 @@ class Executor:
             info = await self.backend.find_session(id_or_name)
             if info.stopped_named and owner_matches(info.owner, owner):
                 # Asked by name with create: recreated below, on its kept workspace. Else the caller is told how.
-                raise SessionNotFound(id_or_name if create and info.name == id_or_name else info.not_running_message())
+                raise SessionNotRunning(info.not_running_message())
         except SessionNotFound as exc:
-            if not create:
+            if not create or (isinstance(exc, SessionNotRunning) and is_session_id(id_or_name)):
                 raise
             if is_session_id(id_or_name):
                 # An id is never a name to start: a typo or a stopped session, not a request for a new one.

@@ -121,6 +121,8 @@ def test_exit_codes_in_a_named_session(either_home: Path) -> None:
         over_cap = cli(home, "exec", "--session", name, "--timeout-ms", "99999999", "--json", "--", "true")
         assert over_cap.code == 2
         assert over_cap.json()["outcome"] == "error" and "bash.max_timeout_ms" in over_cap.json()["error"]
+        negative = cli(home, "exec", "--session", name, "--timeout-ms", "-5", "--", "true")
+        assert (negative.code, negative.stderr) == (2, "error: timeout_ms must be positive, got -5\n")
 
         fed = cli(
             home,

@@ -40,6 +40,9 @@ def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
     running service alike."""
     home = either_home
     name = "cli-" + os.urandom(4).hex()
+    for bad_name in ("-bad", "s-0123456789ab"):
+        refused = _executor(home, "session", "start", "--name", bad_name)
+        assert refused.returncode == 2 and "must be 1-63 letters" in _json(refused)["error"]
     bad_idle = _executor(home, "session", "start", "--name", name, "--idle", "soon")
     assert bad_idle.returncode == 2 and "'soon' is not an idle limit" in _json(bad_idle)["error"]
     started = _executor(home, "session", "start", "--name", name, "--idle", "30m")
@@ -148,7 +151,7 @@ def test_two_homes_and_a_named_session_that_survives_a_stop(base_image: str, hom
         assert "(workspace kept; no container)" in next(line for line in table.stdout.splitlines() if name in line)
         without_create = _executor(home, "exec", "--session", name, "--", "cat keep.txt")  # no container: says how
         assert (
-            without_create.returncode == 125
+            without_create.returncode == 2
             and f"executor exec --session {name} --create" in _json(without_create)["error"]
         )
         again = _executor(home, "exec", "--session", name, "--create", "--", "cat keep.txt")
@@ -186,7 +189,8 @@ def test_a_named_session_whose_container_died_is_recreated_by_create(base_image:
             state = next(s["state"] for s in listed if s["id"] == session_id)
         assert state in ("exited", "dead")
         refused = _executor(home, "exec", "--session", name, "--", "cat f")
-        assert refused.returncode == 2 and name in _json(refused)["error"], refused.stdout
+        assert refused.returncode == 2, refused.stdout
+        assert f"session {name} is not running" in _json(refused)["error"]  # and how to start it again
         recreated = _executor(home, "exec", "--session", name, "--create", "--", "cat f")
         assert recreated.returncode == 0, recreated.stdout + recreated.stderr
         assert _json(recreated)["stdout"] == "kept\n" and _json(recreated)["session"]["id"] == session_id

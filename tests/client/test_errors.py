@@ -51,7 +51,6 @@ def test_bad_arguments_are_the_executors_errors(
                 call(client, session)
             assert isinstance(raised.value, error), (what, raised.value)
             assert not isinstance(raised.value.__cause__, ValidationError) or raised.value.__suppress_context__
-            assert "invalid request" in str(raised.value)
         finally:
             client.stop_session(session)
 

@@ -289,10 +289,13 @@ def _check_name(value: str) -> None:
     """A session id or a well-formed name, as ``executor.ids.validate_session_name`` says (a test checks they
     agree); a malformed one is bad input before any request."""
     if _SESSION_ID.fullmatch(value) is None and _SESSION_NAME.fullmatch(value) is None:
-        raise Usage(
-            f"session name {value!r} must be 1-63 letters, digits, '_', '.' or '-', start with a letter or digit, "
-            "and not look like a session id"
-        )
+        raise Usage(_NAME_RULE.format(name=value))
+
+
+_NAME_RULE: Final = (
+    "session name {name!r} must be 1-63 letters, digits, '_', '.' or '-', start with a letter or digit, "
+    "and not look like a session id"
+)
 
 
 class _Client:
@@ -336,9 +339,11 @@ class _Client:
         try:
             return call(name)
         except ServiceError as exc:
-            if exc.type != "SessionNotFound" or exc.status != 404:
+            if exc.type not in ("SessionNotFound", "SessionNotRunning") or exc.status != 404:
                 raise
             if not (create_allowed and "--create" in parsed.flags):
+                if exc.type == "SessionNotRunning":
+                    raise  # it says how to start it again
                 raise ServiceError(404, "SessionNotFound", shapes.missing_session_message(name)) from None
         self.ensure(name, parsed)
         return call(name)
@@ -605,6 +610,8 @@ def _session_start(client: _Client, parsed: Parsed) -> int:
     idle = parsed.options.get("--idle")
     if idle is not None and name is None:
         raise Usage("--idle needs --name: an unnamed session lives only as long as this command")
+    if name is not None and (_SESSION_ID.fullmatch(name) or not _SESSION_NAME.fullmatch(name)):
+        raise Usage(_NAME_RULE.format(name=name))  # checked as in-process, before a request
     view = client.create(
         name=name,
         profile=parsed.options.get("--profile"),
