@@ -6,12 +6,22 @@ Every model is frozen and forbids unknown fields; variants carry a ``kind`` disc
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import shlex
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 __all__ = [
     "Action",
@@ -41,14 +51,29 @@ def _standard_base64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+_URL_SAFE = bytes.maketrans(b"-_", b"+/")
+
+
+def _from_json_base64(value: Any, info: ValidationInfo) -> Any:
+    """Read base64 text from JSON (either alphabet, padding optional); Python input is left to the bytes check."""
+    if info.mode != "json" or not isinstance(value, str):
+        return value
+    try:
+        text = value.encode("ascii").translate(_URL_SAFE)
+        return base64.b64decode(text + b"=" * (-len(text) % 4), validate=True)
+    except (UnicodeEncodeError, binascii.Error):
+        raise ValueError("not base64 (RFC 4648: A-Z a-z 0-9 + / or - _, padded with =)") from None
+
+
 Base64Bytes = Annotated[
     bytes,
+    BeforeValidator(_from_json_base64),
     PlainSerializer(_standard_base64, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "format": "byte", "contentEncoding": "base64"}),
 ]
 """Bytes that JSON carries as standard base64 (RFC 4648 section 4: ``+`` and ``/``, padded), what ``base64 -d``
-and ``base64.b64decode`` read; a model that reads them from JSON (``val_json_bytes="base64"``) takes the URL-safe
-alphabet too. Python keeps them as bytes."""
+and ``base64.b64decode`` read; read back from JSON in either alphabet (any model, no config needed). Python keeps
+them as bytes."""
 
 
 class _Model(BaseModel):

@@ -34,7 +34,7 @@ def display(data: bytes) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class StreamInfo(_Model):

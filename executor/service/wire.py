@@ -60,7 +60,7 @@ Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "den
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ErrorInfo(_Wire):

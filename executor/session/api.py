@@ -95,7 +95,7 @@ class ToolResult(BaseModel):
 class ExecResult(BaseModel):
     """What one raw exec returns: whole output bytes and the exit status, for programs (no model view)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     outcome: Outcome
     """How the call ended (``denied``/``blocked``: the gate refused it and nothing ran; see ``text``)."""
@@ -122,7 +122,7 @@ class ExecResult(BaseModel):
 class FileContent(BaseModel):
     """A file read from the session's container by ``read_file``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     path: str
     """The resolved absolute path read."""
@@ -141,7 +141,7 @@ class FileContent(BaseModel):
 class ArtifactBytes(BaseModel):
     """Raw stored bytes of an artifact's stream (``read_artifact``): no rendering, sanitizing or journaling."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, val_json_bytes="base64")
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     artifact_id: str
     """The artifact."""
