@@ -308,3 +308,17 @@ async def test_live_stream_merges_chunks_a_slow_reader_has_not_taken() -> None:
     live.close(ErrorEvent(error=ErrorInfo(type="ExecutorError", message="end")))
     chunks = [(e.stream, e.data) async for e in live.events() if isinstance(e, ChunkEvent)]
     assert chunks == [("stdout", b"abc"), ("stderr", b"x"), ("stdout", b"d")]
+
+
+def test_the_hand_written_chunk_line_is_a_chunk_event() -> None:
+    """The exec stream's fast path writes chunk lines without the model: each is exactly ChunkEvent's JSON."""
+    from executor.service.app import _chunk_line
+    from executor.service.wire import ChunkEvent
+
+    for stream in ("stdout", "stderr"):
+        for data in (b"", b">>>???\xfb\xff\xbf", bytes(range(256))):
+            line = _chunk_line(stream, data)
+            assert line.endswith(b"\n") and line.count(b"\n") == 1
+            event = ChunkEvent.model_validate_json(line)
+            assert (event.stream, event.data) == (stream, data)
+            assert line == ChunkEvent(stream=stream, data=data).model_dump_json().encode() + b"\n"
