@@ -31,6 +31,7 @@ from executor.errors import (
 )
 from executor.service.wire import ChunkEvent, ExecResult, Result
 from executor.session import Outcome, ToolResult
+from executor.testing.cli import cli
 from tests.service.conftest import TOKEN_A, TOKEN_B, ServiceProcess, new_name
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
@@ -302,7 +303,9 @@ def test_a_tokens_named_session_is_stopped_by_that_token(shared_service: Service
             assert made.id not in {s.id for s in a.list_sessions()}
 
 
-def test_a_name_in_use_is_a_conflict_that_names_no_one_elses_session(shared_service: ServiceProcess) -> None:
+def test_a_name_in_use_is_a_conflict_that_names_no_one_elses_session(
+    shared_service: ServiceProcess, tmp_path: Path
+) -> None:
     """A name another token's live session holds is a 409 that names neither that session nor its owner; the
     owner's own second create is a 409 naming its session; a malformed name is a 422."""
     name = new_name()
@@ -314,6 +317,11 @@ def test_a_name_in_use_is_a_conflict_that_names_no_one_elses_session(shared_serv
             assert str(theirs.value) == f"session name {name!r} is in use; pick another name"
             with pytest.raises(SessionNameTaken, match=made.id):
                 a.create_session(name=name)
+            # The thin CLI as token B with --create: told the name is in use (exit 2), not "no session".
+            assert shared_service.url is not None
+            as_b = {"EXECUTOR_URL": shared_service.url, "EXECUTOR_TOKEN": TOKEN_B}
+            ran = cli(tmp_path, "exec", "--session", name, "--create", "--", "true", env=as_b)
+            assert (ran.code, ran.stderr) == (2, f"error: session name {name!r} is in use; pick another name\n")
         finally:
             a.stop_session(name)
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:

@@ -318,13 +318,16 @@ class _Client:
         assert isinstance(view, dict)
         return view
 
-    def ensure(self, name: str, parsed: Parsed) -> None:
-        """Start the named session when the call says ``--create`` (someone else starting it first is fine)."""
+    def ensure(self, name: str, parsed: Parsed) -> ServiceError | None:
+        """Start the named session when the call says ``--create``; someone else starting it first is fine (the
+        refusal is returned: if the session is still not ours to use, it is the better message)."""
         try:
             self.create(name=name, profile=parsed.options.get("--profile"), image=parsed.options.get("--image"))
         except ServiceError as exc:
             if exc.type != "SessionNameTaken":
                 raise
+            return exc
+        return None
 
     def in_session(self, parsed: Parsed, call: Callable[[str], Any], *, create_allowed: bool = True) -> Any:
         """Run ``call(session)`` in ``--session`` (starting it with ``--create``), else in a throwaway session."""
@@ -345,8 +348,13 @@ class _Client:
                 if exc.type == "SessionNotRunning":
                     raise  # it says how to start it again
                 raise ServiceError(404, "SessionNotFound", shapes.missing_session_message(name)) from None
-        self.ensure(name, parsed)
-        return call(name)
+        taken = self.ensure(name, parsed)
+        try:
+            return call(name)
+        except ServiceError as exc:
+            if taken is not None and exc.status == 404:
+                raise taken from None  # the name is another token's: "in use", not "no session"
+            raise
 
     def quiet_stop(self, session: str) -> None:
         with contextlib.suppress(ServiceError, Unreachable):
