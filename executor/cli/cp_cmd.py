@@ -43,7 +43,7 @@ from executor.cli.thin.cp import CpUsage, Side, code_of, copied_text, cp_json, f
 from executor.errors import ContentRejected
 from executor.models import StdinFile
 from executor.session import SessionAPI, ToolResult
-from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, pack_command, unpack_command
+from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, is_contents, pack_command, unpack_command
 
 __all__ = ["cp_command", "parse_side"]
 
@@ -73,7 +73,12 @@ def cp_command(
     archive_bytes = 0
 
     if not src.remote:
-        packer = TarPacker(Path(src.path), limit=settings.bash.max_stdin_bytes, setting="bash.max_stdin_bytes")
+        packer = TarPacker(
+            Path(src.path),
+            contents=is_contents(src.path),
+            limit=settings.bash.max_stdin_bytes,
+            setting="bash.max_stdin_bytes",
+        )
         # The gate binds the command to its stdin's hash, so the archive is whole before it runs: in a private
         # file, streamed from there to tar's stdin (never whole in memory).
         with tempfile.NamedTemporaryFile(prefix="cp-") as archive:

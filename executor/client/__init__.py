@@ -132,10 +132,16 @@ def _closed_stream() -> ExecutorError:
     return ExecutorError("the stream is closed: iterate it inside its `with` block (leaving the block closes it)")
 
 
-def _cut(where: str, exc: Exception) -> ExecutorError:
+def _cut(where: str, exc: Exception, path: str, received: int, response: httpx.Response) -> ExecutorError:
+    bound = response.headers.get("x-executor-max-bytes", "")
+    if bound.isdigit() and received >= int(bound):
+        return _errors.ContentRejected(
+            f"the archive of {path} is above {bound} bytes (service.download_max_bytes); copy a smaller folder or "
+            "raise the setting"
+        )
     return ExecutorError(
-        f"the download from {where} was cut short ({type(exc).__name__}): the service stopped it (too large, the "
-        "tar failed, or it shut down; its log says which) or went away"
+        f"the download from {where} was cut short after {received} bytes ({type(exc).__name__}): the tar failed in "
+        "the session, or the service shut down or went away (its log says which)"
     )
 
 
@@ -521,10 +527,13 @@ class Client:
                 _check_tar_response(got)
 
                 def chunks() -> Iterator[bytes]:
+                    received = 0
                     try:
-                        yield from got.iter_raw()
+                        for chunk in got.iter_raw():
+                            received += len(chunk)
+                            yield chunk
                     except httpx.TransportError as exc:
-                        raise _cut(self._where, exc) from exc
+                        raise _cut(self._where, exc, path, received, got) from exc
                     except httpx.StreamError as exc:
                         raise _closed_stream() from exc
 
@@ -870,11 +879,13 @@ class AsyncClient:
                 _check_tar_response(got)
 
                 async def chunks() -> AsyncIterator[bytes]:
+                    received = 0
                     try:
                         async for chunk in got.aiter_raw():
+                            received += len(chunk)
                             yield chunk
                     except httpx.TransportError as exc:
-                        raise _cut(self._where, exc) from exc
+                        raise _cut(self._where, exc, path, received, got) from exc
                     except httpx.StreamError as exc:
                         raise _closed_stream() from exc
 

@@ -587,7 +587,8 @@ class _Api:
                 # The response has started: cutting the connection (no final chunk) is how the client learns it.
                 raise _DownloadCut(f"the download of {query.path} was cut short: {why}")
 
-        headers = {"x-executor-artifact": artifacts[-1] if artifacts else ""}
+        # The bound goes with the stream: a client whose download is cut at it can say why (a cut says nothing).
+        headers = {"x-executor-artifact": artifacts[-1] if artifacts else "", _DOWNLOAD_BOUND_HEADER: str(limit)}
         return _CuttableResponse(body(), media_type="application/x-tar", headers=headers)
 
     # -- output ------------------------------------------------------------------------------------------------
@@ -713,6 +714,8 @@ class _Api:
         return Response(status_code=204)
 
 
+_DOWNLOAD_BOUND_HEADER: Final = "x-executor-max-bytes"
+"""Names ``service.download_max_bytes`` on a download's response."""
 _DOWNLOAD_HEAD_BYTES: Final = 64 * 1024
 """A download whose tar fails or is refused within this many bytes still answers with a status and JSON."""
 

@@ -70,15 +70,22 @@ class Spool:
     # -- producer ----------------------------------------------------------------------------------------------
 
     def add(self, stream: str, data: bytes) -> None:
-        """Take bytes of ``stream`` (the tee); past the limit, drop them and report the overflow once."""
+        """Take bytes of ``stream`` (the tee); past the limit, keep what fits (the reader gets exactly ``limit``
+        bytes, so a client can tell a cut at the bound from another) and report the overflow once."""
         if stream != self._stream or self.closed or self.overflow or not data:
             return
         if self.total + len(data) > self._limit:
             self.overflow = True
+            fits = data[: self._limit - self.total]
+            if fits:
+                self._keep(fits)
             self._wake.set()
             if self.on_overflow is not None:
                 self.on_overflow()
             return
+        self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
         self.total += len(data)
         if self._file is None and self._held + len(data) <= self._memory:
             self._chunks.append(data)

@@ -24,7 +24,7 @@ from typing import IO, Final
 
 from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 
-__all__ = ["ArchiveStats", "TarPacker", "extract_tar", "pack_command", "unpack_command"]
+__all__ = ["ArchiveStats", "TarPacker", "extract_tar", "is_contents", "pack_command", "unpack_command"]
 
 _BLOCK: Final = 512
 _CHUNK: Final = 1024 * 1024
@@ -34,6 +34,11 @@ def _checked(path: str, what: str) -> str:
     if not path or "\0" in path:
         raise PathRejected(f"{what} {path!r} is empty or contains a NUL byte; give a path in the session")
     return path
+
+
+def is_contents(path: str) -> bool:
+    """Whether ``path`` names a folder's contents rather than the folder: it ends in ``/.`` (``docker cp``'s rule)."""
+    return path.endswith("/.")
 
 
 def unpack_command(dest: str) -> str:
@@ -49,12 +54,15 @@ def unpack_command(dest: str) -> str:
 
 
 def pack_command(path: str) -> str:
-    """The bash command that writes a tar of ``path`` (a file or a folder, under its own name) to stdout.
+    """The bash command that writes a tar of ``path`` (a file or a folder, under its own name) to stdout; a path
+    ending in ``/.`` gives the folder's contents at the archive's root (as ``docker cp`` reads ``SRC/.``).
 
     Raises:
         PathRejected: ``path`` is empty or holds a NUL.
     """
-    parent, name = posixpath.split(_checked(path, "the path").rstrip("/") or "/")
+    if is_contents(_checked(path, "the path")):
+        return f"tar -c -C {shlex.quote(path[:-2] or '/')} -f - ."
+    parent, name = posixpath.split(path.rstrip("/") or "/")
     return f"tar -c -C {shlex.quote(parent or '.')} -f - -- {shlex.quote(name or '.')}"
 
 

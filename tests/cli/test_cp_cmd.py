@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from executor.cli.cp_cmd import parse_side
-from executor.testing.cli import cli, named_session
+from executor.testing.cli import cli, named_session, serving
 from executor.testing.files import listing, make_tree
 
 
@@ -99,3 +101,43 @@ def test_bounds_in_process(home: Path, tmp_path: Path, monkeypatch: pytest.Monke
         (big / "noise").write_bytes(os.urandom(20000))
         into = cli(home, "cp", str(big), f"{name}:x")
         assert into.code == 2 and "bash.max_stdin_bytes" in into.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_trailing_slash_dot_copies_a_folders_contents(either_home: Path, tmp_path: Path) -> None:
+    """As with docker cp, ``SRC/.`` copies the folder's contents into DEST (not the folder under its own name), both
+    ways, in-process and over a service."""
+    home = either_home
+    src = make_tree(tmp_path)
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        put = cli(home, "cp", f"{src}/.", f"{name}:in")
+        assert put.code == 0, put.stdout + put.stderr
+        listed = cli(home, "exec", "--session", name, "--", "cd in && find . | sort").stdout.split()
+        assert "./src" not in listed and sorted(listed) == sorted(["."] + [f"./{p}" for p in listing(src)])
+        back = cli(home, "cp", f"{name}:in/.", str(tmp_path / "back"))
+        assert back.code == 0, back.stdout + back.stderr
+        assert listing(tmp_path / "back") == listing(src)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_download_cut_at_the_services_bound_is_exit_2(base_image: str, tmp_path: Path) -> None:
+    """Over a service, a folder whose tar grows past service.download_max_bytes once streaming is cut at the bound:
+    the thin CLI says so (exit 2 naming the setting, as in-process), writes nothing, and a cut for another reason
+    would stay 125."""
+    home = Path(tempfile.mkdtemp(prefix="exc-", dir="/tmp"))
+    try:
+        with serving(home, service__download_max_bytes="1MiB"), named_session(home) as name:
+            made = cli(
+                home, "exec", "--session", name, "--create", "--", "mkdir big && head -c 3000000 /dev/urandom >big/n"
+            )
+            assert made.code == 0, made.stderr
+            out = cli(home, "cp", f"{name}:big", str(tmp_path / "dest"))
+            assert out.code == 2, out.stderr
+            assert "above 1048576 bytes (service.download_max_bytes)" in out.stderr
+            assert not (tmp_path / "dest").exists()
+    finally:
+        cli(home, "session", "gc")
+        shutil.rmtree(home, ignore_errors=True)

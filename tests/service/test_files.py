@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from executor.errors import ExecutorError, UnsafeTarget
+from executor.errors import ContentRejected, ExecutorError, UnsafeTarget
 from executor.service.files import Spool
 from executor.testing.files import listing, make_tree
 from tests.service.conftest import ServiceProcess
@@ -47,13 +47,16 @@ async def test_spool_keeps_every_byte_in_order_with_bounded_memory(tmp_path: Pat
 
 
 async def test_spool_over_its_limit_says_so_once(tmp_path: Path) -> None:
-    """Past the limit the spool keeps nothing more and calls on_overflow once."""
+    """At the limit the spool keeps exactly ``limit`` bytes (the part of a chunk that fits; a reader can tell a cut
+    at the bound), nothing more, and calls on_overflow once."""
     calls: list[int] = []
     spool = Spool(limit=2500, memory=1024, directory=tmp_path, on_overflow=lambda: calls.append(1))
     for _ in range(5):
-        spool.add("stdout", b"x" * 1000)
-    assert spool.overflow and spool.total == 2000 and calls == [1]
+        spool.add("stdout", bytes([65 + _]) * 1000)
+    assert spool.overflow and spool.total == 2500 and calls == [1]
     await spool.wait_for(10**6)  # returns at once: the stream is over its limit
+    read = b"".join([chunk async for chunk in spool.chunks()])
+    assert read == b"A" * 1000 + b"B" * 1000 + b"C" * 500
 
 
 # -- the real service --------------------------------------------------------------------------------------------
@@ -108,7 +111,7 @@ def test_bounds_cut_both_ways(service_factory: Any, tmp_path: Path) -> None:
             client.upload(session, big, "big")
         made = client.exec(session, "mkdir -p out && head -c 3000000 /dev/urandom > out/noise")
         assert made.outcome == "completed"
-        with pytest.raises(ExecutorError, match="cut short"):
+        with pytest.raises(ContentRejected, match=r"above 1048576 bytes \(service\.download_max_bytes\)"):
             client.download(session, "out", tmp_path / "dest")
         assert not (tmp_path / "dest").exists()
         # The session is fine afterwards.

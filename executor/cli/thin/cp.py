@@ -19,7 +19,8 @@ from typing import Any, Final, NamedTuple
 
 from executor.cli import shapes
 from executor.cli.thin.transport import Connection, Response, ServiceError, Unreachable, decode_bytes, segment
-from executor.tools.archive import ArchiveStats, TarPacker, extract_tar
+from executor.errors import ContentRejected
+from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, is_contents
 
 __all__ = ["CpUsage", "Side", "cp_json", "parse_side", "plan", "run_cp"]
 
@@ -158,7 +159,7 @@ def run_cp(conn: Connection, *, source: str, dest: str, session: str | None) -> 
     stats = ArchiveStats()
     archive_bytes = 0
     if not src.remote:
-        packer = TarPacker(Path(src.path))
+        packer = TarPacker(Path(src.path), contents=is_contents(src.path))
         response = conn.exchange(
             "PUT",
             files,
@@ -180,16 +181,26 @@ def run_cp(conn: Connection, *, source: str, dest: str, session: str | None) -> 
             raise _error(response)
         else:
             result = {"outcome": "completed", "artifact_id": response.getheader("x-executor-artifact") or None}
+            bound = response.getheader("x-executor-max-bytes") or ""
             with tempfile.TemporaryFile(prefix="executor-cp-") as spool:
-                while True:
-                    chunk = response.read(_CHUNK)
-                    if not chunk:
-                        break
-                    spool.write(chunk)
-                    archive_bytes += len(chunk)
+                try:
+                    while True:
+                        chunk = response.read(_CHUNK)
+                        if not chunk:
+                            break
+                        spool.write(chunk)
+                        archive_bytes += len(chunk)
+                except Unreachable:
+                    pass  # a cut: said below
                 if not response.done:
+                    if bound.isdigit() and archive_bytes >= int(bound):
+                        raise ContentRejected(
+                            f"the archive of {src.path} is above {bound} bytes (service.download_max_bytes); copy a "
+                            "smaller folder or raise the setting"
+                        )
                     raise Unreachable(
-                        "the download was cut short by the service (too large, tar failed, or it stopped)"
+                        f"the download was cut short by the service after {archive_bytes} bytes (the tar failed in "
+                        "the session, or the service stopped; its log says which)"
                     )
                 spool.seek(0)
                 stats = extract_tar(spool, Path(dst.path))
