@@ -517,8 +517,7 @@ class Service:
             logger.exception("closing session %s failed", held.session.id)
         finally:
             if held is not None:
-                if self.held.get(held.session.id) is held:
-                    del self.held[held.session.id]
+                self._forget(held)
                 held.done.set()
 
     async def _release_when_lost(self, held: Held) -> None:
@@ -528,13 +527,10 @@ class Service:
         if held.closing.is_set():
             return
         logger.warning("session %s lost its agent (its container stopped or died)", held.session.id)
-        if self.held.get(held.session.id) is held:
-            del self.held[held.session.id]
-        held.stopping = True
-        # What runs in it fails on the dead connection now: let it record that before the session closes.
-        with trio.move_on_after(_CLOSE_BUDGET_S):
-            await held.quiet.wait()
-        held.closing.set()
+        self._forget(held)
+        # What runs in it fails on the dead connection now (nothing to cancel): let it record that first. The wait
+        # for the close itself ends when _hold, seeing ``closing``, cancels this watcher.
+        await self._close_held(held, cancel=False)
 
     def _find_held(self, id_or_name: str) -> Held | None:
         held = self.held.get(id_or_name)
@@ -587,10 +583,7 @@ class Service:
             if not owns(held.session.owner, owner):
                 raise _not_found(id_or_name)
             session_id = held.session.id
-            await self._quiesce(held)
-            held.closing.set()
-            with trio.move_on_after(_CLOSE_BUDGET_S):
-                await held.done.wait()
+            await self._close_held(held)
             with suppress(SessionNotFound):  # the service checked the caller: act as the session's owner
                 await self.executor.stop_session(session_id, owner=held.session.owner)
             return
@@ -600,19 +593,28 @@ class Service:
         await self.executor.stop_session(info.id, owner=info.owner)
 
     @staticmethod
-    async def _quiesce(held: Held) -> None:
-        """Refuse new work on ``held`` and cancel what runs in it (the agent kills each run's process group and the
-        session journals it as cancelled), waiting for that, bounded, before the session is closed under it."""
+    async def _close_held(held: Held, *, cancel: bool = True) -> None:
+        """Close a held session without closing it under running work: refuse new work, cancel what runs (the
+        agent kills each run's process group and the session journals it as cancelled) unless ``cancel`` is False,
+        wait for that, then close the session and wait for it to close (each wait bounded)."""
         held.stopping = True
-        for scope in list(held.work):
-            scope.cancel()
+        if cancel:
+            for scope in list(held.work):
+                scope.cancel()
         with trio.move_on_after(_CLOSE_BUDGET_S):
             await held.quiet.wait()
+        held.closing.set()
+        with trio.move_on_after(_CLOSE_BUDGET_S):
+            await held.done.wait()
+
+    def _forget(self, held: Held) -> None:
+        """Stop listing ``held``: the next request for its session finds it again by its labels (or not at all)."""
+        if self.held.get(held.session.id) is held:
+            del self.held[held.session.id]
 
     def release(self, held: Held) -> None:
         """Stop holding a session whose sandbox is lost: the next request finds it again (or "not found")."""
-        if self.held.get(held.session.id) is held:
-            del self.held[held.session.id]
+        self._forget(held)
         held.closing.set()
 
     @asynccontextmanager
@@ -677,10 +679,7 @@ class Service:
         if session.name is None:
             await self.stop(session.id, None)
             return
-        await self._quiesce(held)
-        held.closing.set()
-        with trio.move_on_after(_CLOSE_BUDGET_S):
-            await held.done.wait()
+        await self._close_held(held)
         await self.executor.backend.stop_session(session.id, keep_workspace=True)
         logger.info("stopped idle session %s (its workspace is kept)", session.name)
 
