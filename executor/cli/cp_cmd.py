@@ -40,10 +40,17 @@ from executor.artifacts import tee_captures
 from executor.cli._common import EXIT_USAGE, emit, fail, state
 from executor.cli.exec_cmd import CliSession, interactive_handler, run_cli, session_dict
 from executor.cli.thin.cp import CpUsage, Side, code_of, copied_text, cp_json, failed_text, parse_side, plan
-from executor.errors import ContentRejected
 from executor.models import StdinFile
 from executor.session import SessionAPI, ToolResult
-from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, is_contents, pack_command, unpack_command
+from executor.tools.archive import (
+    ArchiveStats,
+    TarPacker,
+    download_too_large,
+    extract_tar,
+    is_contents,
+    pack_command,
+    unpack_command,
+)
 
 __all__ = ["cp_command", "parse_side"]
 
@@ -102,10 +109,7 @@ def cp_command(
                 seen.append(session_dict(s))
                 with sink.scope, tee_captures(sink.add, kind="bash"):
                     return await s.bash(pack_command(src.path))
-                raise ContentRejected(
-                    f"the archive of {src.path} is above {limit} bytes (service.download_max_bytes); copy a smaller "
-                    "folder or raise the setting"
-                )
+                raise download_too_large(src.path, limit)
 
             result = run_cli(settings, where, download, handler=handler)
             archive_bytes = sink.size

@@ -65,7 +65,7 @@ from executor.service.wire import (
     WriteRequest,
     validation_message,
 )
-from executor.tools.archive import ArchiveStats, TarPacker, extract_tar
+from executor.tools.archive import ArchiveStats, TarPacker, download_too_large, extract_tar
 
 __all__ = [
     "AsyncClient",
@@ -135,10 +135,7 @@ def _closed_stream() -> ExecutorError:
 def _cut(where: str, exc: Exception, path: str, received: int, response: httpx.Response) -> ExecutorError:
     bound = response.headers.get("x-executor-max-bytes", "")
     if bound.isdigit() and received >= int(bound):
-        return _errors.ContentRejected(
-            f"the archive of {path} is above {bound} bytes (service.download_max_bytes); copy a smaller folder or "
-            "raise the setting"
-        )
+        return download_too_large(path, bound)
     return ExecutorError(
         f"the download from {where} was cut short after {received} bytes ({type(exc).__name__}): the tar failed in "
         "the session, or the service shut down or went away (its log says which)"

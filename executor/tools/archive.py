@@ -24,7 +24,15 @@ from typing import IO, Final
 
 from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 
-__all__ = ["ArchiveStats", "TarPacker", "extract_tar", "is_contents", "pack_command", "unpack_command"]
+__all__ = [
+    "ArchiveStats",
+    "TarPacker",
+    "download_too_large",
+    "extract_tar",
+    "is_contents",
+    "pack_command",
+    "unpack_command",
+]
 
 _BLOCK: Final = 512
 _CHUNK: Final = 1024 * 1024
@@ -34,6 +42,14 @@ def _checked(path: str, what: str) -> str:
     if not path or "\0" in path:
         raise PathRejected(f"{what} {path!r} is empty or contains a NUL byte; give a path in the session")
     return path
+
+
+def download_too_large(path: str, limit: int | str) -> ContentRejected:
+    """The refusal of an archive of ``path`` past ``service.download_max_bytes`` (``limit``), on every surface."""
+    return ContentRejected(
+        f"the archive of {path} is above {limit} bytes (service.download_max_bytes); copy a smaller folder or raise "
+        "the setting"
+    )
 
 
 def is_contents(path: str) -> bool:

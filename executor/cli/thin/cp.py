@@ -19,8 +19,7 @@ from typing import Any, Final, NamedTuple
 
 from executor.cli import shapes
 from executor.cli.thin.transport import Connection, Response, ServiceError, Unreachable, decode_bytes, segment
-from executor.errors import ContentRejected
-from executor.tools.archive import ArchiveStats, TarPacker, extract_tar, is_contents
+from executor.tools.archive import ArchiveStats, TarPacker, download_too_large, extract_tar, is_contents
 
 __all__ = ["CpUsage", "Side", "cp_json", "parse_side", "plan", "run_cp"]
 
@@ -194,10 +193,7 @@ def run_cp(conn: Connection, *, source: str, dest: str, session: str | None) -> 
                     pass  # a cut: said below
                 if not response.done:
                     if bound.isdigit() and archive_bytes >= int(bound):
-                        raise ContentRejected(
-                            f"the archive of {src.path} is above {bound} bytes (service.download_max_bytes); copy a "
-                            "smaller folder or raise the setting"
-                        )
+                        raise download_too_large(src.path, bound)
                     raise Unreachable(
                         f"the download was cut short by the service after {archive_bytes} bytes (the tar failed in "
                         "the session, or the service stopped; its log says which)"
