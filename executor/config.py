@@ -587,7 +587,8 @@ class SessionSettings(_Section):
     label) and enforced by the service, by ``session gc`` and by every executor start (``docker.gc_on_start``)."""
     idle_check_s: float = Field(30.0, gt=0, le=86_400.0)
     """How often the service looks for idle sessions of its home that it does not hold (found by their labels,
-    after a restart too), in seconds; the sessions it holds are checked every second."""
+    after a restart too) and removes what ``session gc`` removes (exited containers of unnamed sessions, left by a
+    killed service), in seconds; the sessions it holds are checked every second."""
 
 
 class PoolSettings(_Section):

@@ -235,11 +235,11 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def gc(self, *, all_homes: bool = False) -> GcReport:
+    async def gc(self, *, all_homes: bool = False, skip: frozenset[str] = frozenset()) -> GcReport:
         """Remove what this home's sessions (every home's with ``all_homes``) left behind: our labelled
         containers that are Created (older than ``docker.gc_min_age_s``), Exited or dead, unclaimed pooled ones
         whose pool's process is gone, and the workspace volumes of unnamed sessions whose container is gone; and
-        stop the sessions idle past their stored limit (:meth:`stop_idle`). A
+        stop the sessions idle past their stored limit (:meth:`stop_idle`, which leaves the ids in ``skip`` alone). A
         named session's workspace volume is never removed here (only by stopping that session): its stopped
         container goes, its data stays and is reported as kept.
         Never touches anything without our labels.

@@ -652,7 +652,9 @@ class Service:
     async def reap_idle(self) -> None:
         """Stop sessions past their idle limit, forever (runs in the holds nursery): the held ones every second by
         the service's own clock, and every ``sessions.idle_check_s`` the home's others by their stored limits and
-        usage files (named sessions found again after a restart, or used by in-process callers)."""
+        usage files (named sessions found again after a restart, or used by in-process callers). That sweep is
+        ``session gc``'s: it also removes what the home's sessions left behind (the exited container of an unnamed
+        session whose service was killed, and its workspace), so a long-running service leaks nothing."""
         next_sweep = trio.current_time()
         while True:
             await trio.sleep(_REAP_EVERY_S)
@@ -665,12 +667,14 @@ class Service:
             if trio.current_time() >= next_sweep and not self.draining:
                 next_sweep = trio.current_time() + self.settings.sessions.idle_check_s
                 try:
-                    report = await self.executor.backend.stop_idle(skip=frozenset(self.held))
+                    report = await self.executor.backend.gc(skip=frozenset(self.held))
                 except ExecutorError as exc:
-                    logger.warning("looking for idle sessions failed: %s", exc)
+                    logger.warning("looking for idle sessions and leftovers failed: %s", exc)
                 else:
                     for stopped in report.idle_stopped:
                         logger.info("stopped idle session %s", stopped)
+                    if report.removed:
+                        logger.info("removed %s", ", ".join(report.removed))
 
     async def _stop_idle_held(self, held: Held) -> None:
         """Stop a held session that went idle: an unnamed one is removed, a named one's workspace is kept (its name

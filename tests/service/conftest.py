@@ -140,6 +140,8 @@ def service_factory(base_image: str) -> Iterator[Any]:
     yield make
     for service in made:
         service.stop()
+    for home in {service.home for service in made}:
+        _remove_sessions(home)
     for home in homes:
         shutil.rmtree(home, ignore_errors=True)
 

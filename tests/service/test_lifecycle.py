@@ -34,6 +34,16 @@ def _poll(condition: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _engine_objects(session_id: str) -> str:
+    """The ids of the containers and volumes the engine still has for a session (empty when none)."""
+    label = f"label=executor.session={session_id}"
+    found = [
+        subprocess.run([*cmd, "--filter", label], capture_output=True, text=True, check=True, timeout=30).stdout
+        for cmd in (["docker", "ps", "-aq"], ["docker", "volume", "ls", "-q"])
+    ]
+    return "".join(found).strip()
+
+
 def _stop_named(service: ServiceProcess, name: str) -> None:
     """Remove a named session the test made, through the service if it runs, else in-process (the CLI)."""
     try:
@@ -109,9 +119,13 @@ def test_new_work_is_refused_while_draining(service_factory: Any) -> None:
 
 
 def test_sigkill_leaves_nothing_running_and_named_sessions_come_back(service_factory: Any) -> None:
-    """A SIGKILLed service's unnamed session stops by itself (the agent's orphan exit) and is reaped on restart;
-    its named session is found again by its labels and still works."""
-    service: ServiceProcess = service_factory(agent__orphan_exit_s="2")
+    """A SIGKILLed service's unnamed session stops by itself (the agent's orphan exit) and the restarted service's
+    sweep removes its container and workspace (nothing is left on the engine); its named session is found again by
+    its labels and still works."""
+    # The sweep every second, and an orphaned workspace old enough to go at once (300 s by default).
+    service: ServiceProcess = service_factory(
+        agent__orphan_exit_s="2", sessions__idle_check_s="1", docker__gc_min_age_s="0"
+    )
     service.start()
     name = new_name()
     client = service.client()
@@ -125,16 +139,20 @@ def test_sigkill_leaves_nothing_running_and_named_sessions_come_back(service_fac
         thread.join(30)
         assert isinstance(box.get("error"), ServiceUnavailable)
 
-        def gone_or_stopped() -> bool:
+        def gone() -> bool:
             try:
-                return client.session(unnamed).state != "running"
+                client.session(unnamed)
             except SessionNotFound:
                 return True
+            return False
 
         client.close()
+        # Not the start-up clean-up (which finds the container still running, or not): the running service's sweep.
+        service.env["EXECUTOR_DOCKER__GC_ON_START"] = "false"
         service.start()
         client = service.client()
-        _poll(gone_or_stopped, 90, "the unnamed session to stop")
+        _poll(gone, 90, "the unnamed session to be removed")
+        assert _engine_objects(unnamed) == ""
         assert name in {s.name for s in client.list_sessions()}
         assert client.exec(name, "echo back").stdout == b"back\n"
         client.close()

@@ -677,9 +677,9 @@ class DockerBackend(Backend):
             stopped.append(info.name or session_id)
         return GcReport(removed=tuple(removed), kept=tuple(kept), idle_stopped=tuple(stopped))
 
-    async def gc(self, *, all_homes: bool = False) -> GcReport:
+    async def gc(self, *, all_homes: bool = False, skip: frozenset[str] = frozenset()) -> GcReport:
         """See :meth:`Backend.gc`."""
-        idle = await self.stop_idle()
+        idle = await self.stop_idle(skip=skip)
         removed: list[str] = list(idle.removed)
         kept: list[str] = list(idle.kept)
         min_age = self.settings.docker.gc_min_age_s
