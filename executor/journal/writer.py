@@ -48,6 +48,7 @@ events stay whole.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import threading
@@ -69,6 +70,7 @@ from executor.journal.events import (
     JournalEvent,
     SessionClosed,
 )
+from executor.journal.files import exchange_paths
 from executor.journal.reader import check_dumped_line, decode_line
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ _E = TypeVar("_E", bound=EventBase)
 _BOUNDARIES = (ExecutionStarted, ExecutionFinished, ApprovalResolved, SessionClosed)
 """Events that end a step worth keeping across a power cut (``fsync = "action"``)."""
 _SKIP_CHUNK = 64 * 1024
+_HEAD_SLOT_BYTES = 512
+"""A sealed head is padded with spaces to this size (JSON ignores them), so a head file is always overwritten whole."""
 _EVENT_CLASSES: frozenset[type] = frozenset(get_args(get_args(JournalEvent)[0]))
 
 
@@ -131,6 +135,8 @@ class JournalWriter:
         self._committer: _Committer | None = None
         self._staged: list[EventBase] = []
         """Events :meth:`stage` holds for the next write (validated, not yet stamped)."""
+        self._temporaries: set[Path] = set()
+        """The head's temporary files this writer's threads made (see :meth:`_write_head`); removed at close."""
 
     @property
     def path(self) -> Path:
@@ -157,6 +163,8 @@ class JournalWriter:
         except OSError as exc:
             raise JournalError(f"cannot open journal {self._path}: {exc.strerror or exc}") from exc
         self._fd = fd
+        if self._key is not None:
+            self._remove_stale_temporaries()
         if created and self._settings.fsync != "never":
             try:
                 self._sync_dir()
@@ -164,6 +172,21 @@ class JournalWriter:
                 self._fd = None
                 os.close(fd)
                 raise
+
+    def _remove_stale_temporaries(self) -> None:
+        """Remove the head's temporary files that writers of processes now gone left (killed before they closed)."""
+        head = head_path(self._path)
+        prefix = head.name + "."
+        try:
+            with os.scandir(head.parent) as entries:
+                names = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+        except OSError:
+            return
+        for name in names:
+            pid = name[len(prefix) :].split(".", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    (head.parent / name).unlink()
 
     def _sync_dir(self) -> None:
         # A new file's directory entry is only durable once the folder itself is synced.
@@ -339,7 +362,9 @@ class JournalWriter:
             elif sync:
                 self._sync_owed = True
                 if self._committer is not None:
-                    self._request(seal=True)  # start the disk wait now; the caller's commit finds it done or underway
+                    # Start the disk wait now (the caller's commit finds it done or underway); the seal is left to
+                    # that commit, which may not want one (the one before an action runs).
+                    self._request(seal=False)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if refused is not None:
@@ -430,24 +455,38 @@ class JournalWriter:
     def _write_head(self, seq: int, mac: str, size: int, *, sync: bool) -> None:
         """Seal the head at (seq, mac, size); called under the flock, or by :meth:`commit`'s worker thread.
 
-        The temporary file is this thread's own, so seals racing from several writers or threads never rename
-        another's half-written head; a seal outside the flock can only leave the head behind the journal (a lagging head
-        reaches fewer lines; it never claims lines the file does not have).
+        The head is written whole into a temporary file of this writer's thread and swapped with the head's name in
+        one step (``renameat2(RENAME_EXCHANGE)``): readers see the old head or the new one, never part of one. The
+        swapped-out file (the previous head) stays as the next seal's temporary file and is overwritten in place
+        (a fixed size, so nothing of it is left), which spares the file system a new file, a rename over the old
+        one and the flush ext4 starts on such a rename: a tenth of the cost, paid at every action. After a power
+        cut the head is the new seal or an older one (overwriting in place allocates nothing, so there is no empty
+        file to find), which the reader accepts. Where the kernel or the file system cannot swap, the file is
+        renamed over the head as before. The temporary files go when the writer closes.
+
+        The temporary file is this thread's own, so seals racing from several writers or threads never swap
+        another's half-written head; a seal outside the flock can only leave the head behind the journal (a lagging
+        head reaches fewer lines; it never claims lines the file does not have).
         """
         assert self._key is not None
         head = head_path(self._path)
         # The temporary name is this process's and this thread's own: a commit's worker thread may seal while the
-        # event loop's thread emits, and neither may rename the other's half-written file.
+        # event loop's thread emits, and neither may swap the other's half-written file.
         tmp = head.with_name(f"{head.name}.{os.getpid()}.{threading.get_ident():x}.tmp")
+        data = self._key.head_bytes(seq, mac, size).ljust(_HEAD_SLOT_BYTES)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
-                os.write(fd, self._key.head_bytes(seq, mac, size))
+                self._temporaries.add(tmp)
+                if os.pwrite(fd, data, 0) != len(data):
+                    raise OSError(errno.EIO, "short write")
                 if sync:
                     self._fsync(fd)
             finally:
                 os.close(fd)
-            tmp.replace(head)
+            if not exchange_paths(tmp, head):
+                tmp.replace(head)
+                self._temporaries.discard(tmp)
         except OSError as exc:
             raise JournalError(f"cannot seal the journal head {head}: {exc.strerror or exc}") from exc
 
@@ -490,6 +529,10 @@ class JournalWriter:
             self._fd = None
             self._closed = True
             os.close(fd)
+            for tmp in self._temporaries:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            self._temporaries.clear()
 
     def __enter__(self) -> JournalWriter:
         self.open()
@@ -593,6 +636,16 @@ class _Committer:
             else:
                 keep.append((target, seal, event))
         self._waiters = keep
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: alive
+    return True
 
 
 def _type_of(event: EventBase) -> str:

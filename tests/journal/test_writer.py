@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from executor.journal.events import (
     SessionClosed,
     SessionOpened,
 )
+from executor.journal.files import exchange_paths
 from executor.journal.reader import read_journal_file
 from executor.journal.writer import JournalWriter
 from executor.testing.journal import SESSION, decision, judgment, prepared
@@ -347,3 +349,60 @@ def test_append_under_fsync_always_is_emit(tmp_path: Path) -> None:
         journal.append(prepared("a1", "ls"))
         journal.append(SessionClosed())
         assert counter.files == 2
+
+
+async def test_the_head_is_swapped_in_whole_and_no_temporary_file_outlives_the_writer(tmp_path: Path) -> None:
+    """Each seal replaces the head whole (no tail of a longer file is left behind it), every head read
+    between seals is one this key sealed, and the temporary files go when the writer closes."""
+    path = _journal(tmp_path)
+    key = JournalKey(b"k" * 32)
+    head = head_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A head file longer than a seal: swapped out by the first seal, it is the second one's temporary file, which
+    # must be overwritten whole (no tail of it left to spoil the JSON).
+    head.write_bytes(b"{" + b" " * 400 + b"}x")
+    seen: list[tuple[int, str, int] | None] = []
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(), key=key) as journal:
+        for index in range(5):
+            journal.append(ExecutionStarted(action_id=f"a{index}"))
+            await journal.commit()
+            seen.append(key.read_head(head.read_bytes()))
+            journal.emit(ExecutionFinished(action_id=f"a{index}", exit_code=0, duration_ms=1.0))
+            seen.append(key.read_head(head.read_bytes()))
+    assert [entry and entry[0] for entry in seen] == list(range(1, 11))
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, head.name])
+    assert read_journal_file(path, settings=JournalSettings(), mode="strict", key=key).issues == ()
+
+
+def test_exchange_paths_swaps_two_names_and_declines_a_missing_one(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.write_bytes(b"first")
+    assert exchange_paths(first, second) is False  # nothing to swap with: the caller renames instead
+    assert first.read_bytes() == b"first"
+    second.write_bytes(b"second")
+    assert exchange_paths(first, second) is True
+    assert (first.read_bytes(), second.read_bytes()) == (b"second", b"first")
+    with pytest.raises(OSError):
+        exchange_paths(tmp_path / "missing", second)
+
+
+def test_opening_removes_the_head_temporaries_of_writers_that_are_gone(tmp_path: Path) -> None:
+    """A writer killed before it closed leaves its head's temporary file; the next writer removes it, and leaves a
+    living process's alone."""
+    path = _journal(tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dead = head_path(path).with_name(f"{head_path(path).name}.{_ended_pid()}.7f.tmp")
+    living = head_path(path).with_name(f"{head_path(path).name}.{os.getppid()}.7f.tmp")
+    for stale in (dead, living):
+        stale.write_bytes(b" ")
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(), key=JournalKey(b"k" * 32)) as journal:
+        journal.emit(SessionOpened())
+    assert not dead.exists()
+    assert living.exists()
+
+
+def _ended_pid() -> int:
+    """The pid of a process that has ended (and been reaped): it names nobody now."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
