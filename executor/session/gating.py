@@ -65,9 +65,6 @@ class Execution:
     journal: JournalWriter
     started: float = field(default_factory=time.monotonic)
     record: ArtifactRecord | None = None
-    stage_end: bool = False
-    """Stage ``ExecutionFinished`` instead of appending it: the caller journals and commits more before the result
-    is returned (its sanitize judgment), and the end goes out in the same write."""
 
     def elapsed_ms(self) -> float:
         """Wall time since the execution started."""
@@ -84,12 +81,13 @@ class Execution:
     ) -> ArtifactRecord:
         """Close the capture with ``status`` and journal ``ExecutionFinished`` (synchronous: no checkpoint).
 
-        The event is appended; the bracket commits it before the body's result can be returned (``settle``: emit
-        it, durable before this returns, for the abort path that cannot wait).
+        The event is appended, which starts its fsync on the commit thread at once: the disk wait overlaps the
+        presentation and judgment of the result, and the commit before the result is returned finds it done or
+        underway (``settle``: emit it, durable before this returns, for the abort path that cannot wait).
         """
         record = self.capture.finish(status=status)
         self.record = record
-        write = self.journal.emit if settle else self.journal.stage if self.stage_end else self.journal.append
+        write = self.journal.emit if settle else self.journal.append
         write(
             ExecutionFinished(
                 action_id=self.action_id,
@@ -260,9 +258,8 @@ class Gatekeeper:
         waits for the fsync (so under the default ``journal.fsync`` the decision and the start are on disk before
         the body runs the action); the body calls :meth:`Execution.finish`. On the way out the bracket commits
         again (the end as durable as the settings promise, the head sealed) unless ``commit_at_exit`` is False:
-        then ``ExecutionFinished`` is staged (:meth:`JournalWriter.stage`) and the caller must commit before it
-        returns the result (a sanitized result does: ``Views.sanitize`` appends its judgment, which takes the staged
-        end out in the same write, and commits). If the body raises
+        then the caller must commit before it returns the result (a sanitized result does: ``Views.sanitize``
+        appends its judgment and commits, by which time the end's fsync is done or underway). If the body raises
         (cancellation included) before finishing, the capture is closed as ``cancelled`` (after ``on_abort``'s
         bytes are fed to its stream), ``ExecutionFinished`` is emitted with cause ``cancelled`` (synchronously:
         cancellation cannot interrupt the bookkeeping), and the error propagates.
@@ -274,7 +271,7 @@ class Gatekeeper:
         except BaseException:
             journal.emit(ExecutionFinished(action_id=action_id))  # nothing ran and nothing was captured
             raise
-        execution = Execution(action_id=action_id, capture=capture, journal=journal, stage_end=not commit_at_exit)
+        execution = Execution(action_id=action_id, capture=capture, journal=journal)
         mark: AbstractContextManager[object] = UsageMark(self.usage) if self.usage is not None else nullcontext()
         try:
             await journal.commit(seal=False)  # durable before it runs; the head is sealed before the result
