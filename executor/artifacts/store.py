@@ -209,6 +209,15 @@ def _initial_state(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=16)
+def _update_streams(count: int) -> str:
+    """One statement setting the state of ``count`` streams of an artifact: parameters are (name, state) pairs, then
+    the artifact id, then the names again."""
+    cases = " ".join(["WHEN ? THEN ?"] * count)
+    names = ",".join(["?"] * count)
+    return f"UPDATE streams SET state = CASE name {cases} END WHERE artifact = ? AND name IN ({names})"
+
+
+@functools.lru_cache(maxsize=16)
 def _insert_streams(count: int) -> str:
     """One statement inserting ``count`` stream rows."""
     return "INSERT INTO streams (artifact, position, name, state) VALUES " + ",".join(["(?,?,?,?)"] * count)
@@ -675,13 +684,17 @@ class SessionArtifacts:
         # The owner lock is held before the row is committed, so no other process ever sees this artifact
         # ``running`` without a live lock on it (and mistakes it for an interrupted one).
         token = store._owner_token()
-        self._evict(reserve_one=True, keep=frozenset())
+        store._purge_tombstones()
         now = store._clock()
         meta_json = json.dumps(meta or {})
         values: list[object] = []
         with store._tx() as conn:
-            [(seq,)] = conn.execute(
-                "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ? RETURNING next_seq - 1", (self.session_id,)
+            # The session's totals come with its next seq (before this artifact's row counts): the budgets are
+            # checked without a statement of their own.
+            [(seq, kept, stored_total)] = conn.execute(
+                "UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ? "
+                "RETURNING next_seq - 1, artifact_count, bytes_total",
+                (self.session_id,),
             ).fetchall()
             artifact_id = make_artifact_id(self.session_id, seq)
             conn.execute(
@@ -692,6 +705,9 @@ class SessionArtifacts:
             for position, name in enumerate(streams):
                 values += (artifact_id, position, name, _initial_state(name))
             conn.execute(_insert_streams(len(streams)), values)
+        settings = store.settings
+        if int(kept) + 1 > settings.session_max_artifacts or int(stored_total) > settings.session_max_bytes:
+            self._evict(keep=frozenset({artifact_id}))  # the oldest go to make room; never this one
         # No folder yet: the capture makes it with the first byte it stores.
         capture = Capture(
             artifact_id=artifact_id,
@@ -709,11 +725,11 @@ class SessionArtifacts:
     def _publish(self, artifact_id: str, states: dict[str, StreamState], status: str | None) -> ArtifactRecord | None:
         store = self._store
         stored = sum(s.head_len + s.ring_len for s in states.values())
+        values: list[object] = []
+        for name, state in states.items():
+            values += (name, state.model_dump_json())
         with store._tx() as conn:
-            conn.executemany(
-                "UPDATE streams SET state = ? WHERE artifact = ? AND name = ?",
-                [(state.model_dump_json(), artifact_id, name) for name, state in states.items()],
-            )
+            conn.execute(_update_streams(len(states)), [*values, artifact_id, *states])
             if status is None:
                 conn.execute("UPDATE artifacts SET bytes_stored = ? WHERE id = ?", (stored, artifact_id))
             else:
@@ -724,7 +740,8 @@ class SessionArtifacts:
             return None
         store._live.pop(artifact_id, None)
         begun = self._begun.pop(artifact_id, None)
-        self._evict(reserve_one=False, keep=frozenset({artifact_id}))
+        if stored:  # its row was counted when it began: only stored bytes can have put the session over a budget
+            self._evict(keep=frozenset({artifact_id}))
         if begun is None or updated != 1:
             return self.record(artifact_id)  # evicted meanwhile by another process: the index says how
         # The row as it now is in the index (only this capture changes a live artifact's row), remembered so that
@@ -735,7 +752,7 @@ class SessionArtifacts:
         return known.record
 
     @_index_errors
-    def _evict(self, *, reserve_one: bool, keep: frozenset[str]) -> None:
+    def _evict(self, *, keep: frozenset[str]) -> None:
         """Evict this session's oldest artifacts until its budgets hold (never a live or kept one)."""
         store = self._store
         settings = store.settings
@@ -744,7 +761,7 @@ class SessionArtifacts:
             "SELECT artifact_count, bytes_total FROM sessions WHERE id = ?", (self.session_id,)
         ).fetchone()
         kept, stored_total = totals if totals is not None else (0, 0)
-        count = int(kept) + (1 if reserve_one else 0)
+        count = int(kept)
         total = int(stored_total)
         if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
             return  # within budget: the usual case, one row (the index keeps the totals) instead of every row
