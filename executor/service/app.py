@@ -110,6 +110,14 @@ class _HttpError(Exception):
         self.type = type_
 
 
+def _refuse_declared(request: Request, limit: int, bound: int) -> None:
+    """Refuse a body whose declared length passes ``limit`` before reading any of it (413 naming ``bound``, the
+    ``service.max_request_bytes`` the limit derives from)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(bound)
+
+
 def _too_large(limit: int) -> _HttpError:
     message = f"the request carries more than {limit} bytes (service.max_request_bytes)"
     return _HttpError(413, "RequestTooLarge", message)
@@ -220,9 +228,7 @@ class _Api:
         return 4 * -(-carried // 3) + 6 * self.service.settings.bash.max_command_bytes + _JSON_ENVELOPE_BYTES
 
     async def body(self, request: Request, limit: int) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(self.svc.max_request_bytes)
+        _refuse_declared(request, limit, self.svc.max_request_bytes)
         parts = bytearray()
         async for chunk in request.stream():
             parts += chunk
@@ -492,9 +498,7 @@ class _Api:
         # in memory.
         limit = self.svc.max_request_bytes
         with spooled_body(self.service.settings.home / "tmp", limit) as spool:
-            declared = request.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise _too_large(limit)
+            _refuse_declared(request, limit, limit)
             async for chunk in request.stream():
                 if not spool.write(chunk):
                     raise _too_large(limit)
