@@ -21,16 +21,29 @@ Beyond the commands, the reading reports what else decides the action's effect:
   directory unknown. :func:`resolve_target` turns a target into absolute paths;
 * ``inline_code``: code given to an interpreter on its command line (``python3 -c``, ``perl -e``, ``node -e``,
   ``ruby -e``, ``php -r``, ``lua -e``, ``python3 -`` reading stdin ...). What such code writes is unknown to a text
-  reading; the judge treats it so.
+  reading; the judge treats it so;
+* ``generated_code``: a shell (or ``source``/``.``, or an interpreter) that reads its program from text the string
+  itself makes: from a pipe (``... | sh``, also behind wrappers and groups: ``| command sh``, ``| env bash``,
+  ``| (bash)``, ``| { bash; }``, ``| exec sh``) or from a process substitution (``bash <(...)``, ``. <(...)``,
+  ``bash < <(...)``), with the commands that make that text, so a judge can tell a download or a decoded payload
+  run unseen from a plain pipe into a shell.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["GIT_HOOK_NAMES", "ParsedCommand", "WriteTarget", "is_simple", "parse_command", "resolve_target"]
+__all__ = [
+    "GIT_HOOK_NAMES",
+    "GeneratedCode",
+    "ParsedCommand",
+    "WriteTarget",
+    "is_simple",
+    "parse_command",
+    "resolve_target",
+]
 
 _PUNCTUATION = "();<>|&`\n"
 _MAX_DEPTH = 4
@@ -95,6 +108,14 @@ _CODE_FLAGS = {
 }
 _LONG_CODE_FLAGS = frozenset({"--eval", "--print", "--command", "--expression", "--exec"})
 _MAX_DIRS = 16
+_SED_WRITE = re.compile(r"(?:^|[^A-Za-z])[gpIiMme0-9]*[wW][ \t]*([^\s;}]+)")
+"""A ``w FILE`` command or ``s/../../w FILE`` flag in a sed script (over-approximated: more targets only make a
+verdict stricter)."""
+# Commands whose -o is not an output file (an option string, an operator, a flag without a value).
+_NOT_OUTPUT_OPTION = frozenset(
+    {"mount", "ssh", "scp", "sftp", "find", "grep", "egrep", "fgrep", "rg", "ls", "ps", "lsof", "pgrep", "pkill",
+     "bash", "sh", "dash", "zsh", "ksh", "set", "shopt", "read", "getopts", "xargs", "nice", "su", "sudo", "env"}
+)  # fmt: skip
 GIT_HOOK_NAMES = frozenset(
     {
         "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
@@ -139,6 +160,20 @@ class ParsedCommand:
     cd_unknown: bool = False
     """True when a ``cd``/``pushd`` goes to a computed directory (``cd "$X"``, ``cd -``): later relative paths
     cannot be placed."""
+    generated_code: tuple[GeneratedCode, ...] = ()
+    """Every shell, ``source`` or interpreter that reads its program from text the string makes (see the module
+    docstring)."""
+
+
+@dataclass(frozen=True)
+class GeneratedCode:
+    """A program read from text the command string itself makes."""
+
+    runner: str
+    """What runs it: a shell's name (``bash``), ``source``/``.``, or an interpreter's (``python3``)."""
+    sources: tuple[str, ...]
+    """The names of the commands whose output it may read (every command earlier in its pipeline, or every
+    command in the process substitution), reduced to basenames and unwrapped."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +237,7 @@ class _Reading:
     code: list[tuple[str, str]]
     dirs: list[str]
     dir_unknown: bool = False
+    generated: list[GeneratedCode] = field(default_factory=list)
 
     def target(self, word: str, via: str) -> None:
         if len(self.targets) < _MAX_SEGMENTS:
@@ -236,6 +272,7 @@ def parse_command(command: str) -> ParsedCommand:
         inline_code=tuple(reading.code),
         cd_dirs=tuple(reading.dirs),
         cd_unknown=reading.dir_unknown,
+        generated_code=tuple(reading.generated),
     )
 
 
@@ -317,8 +354,18 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
     current: list[str] = []
     expect_target = False
     target_written = False
+    pipeline_start = len(reading.segments)  # the first segment of the pipeline being read
+    piped = False  # the words being gathered read a pipe
+    parens = 0
+    # Groups opened while reading a pipe ('| (cd x; bash)', '| { cd x; bash; }'): every command in them reads it.
+    # Each entry is the paren depth a '(' group closes at, or -1 for a '{' group.
+    piped_groups: list[int] = []
+    # Process substitutions still open: (the paren depth they close at, the segment index they start at, the
+    # programs of the command they feed that read their program from it).
+    open_substitutions: list[tuple[int, int, list[str]]] = []
     for token, operator in tokens:
         if operator:
+            parens += token.count("(") - token.count(")")
             if "<" in token or ">" in token:
                 expect_target = True
                 target_written = ">" in token
@@ -326,12 +373,32 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
                     current.pop()  # an fd number such as the 2 in 2>&1
                 if token.endswith("("):  # process substitution <( ... )
                     expect_target = False
-                    ok &= _flush(current, depth, reading)
+                    flushed = len(reading.segments)
+                    ok &= _flush(current, depth, reading, pipeline_start if piped else None)
                     current = []
+                    runners = _program_readers(reading.segments[flushed:], substituted=True)
+                    open_substitutions.append((parens - 1, len(reading.segments), runners))
                 continue
-            ok &= _flush(current, depth, reading)
+            if piped and current and current[0] == "{":
+                piped_groups.append(-1)
+            ok &= _flush(current, depth, reading, pipeline_start if piped else None)
+            if piped_groups and piped_groups[-1] == -1 and current and current[0] == "}":
+                piped_groups.pop()
             current = []
             expect_target = False
+            while open_substitutions and parens <= open_substitutions[-1][0]:
+                _, start, runners = open_substitutions.pop()
+                _generated(runners, reading.segments[start:], reading)
+            while piped_groups and piped_groups[-1] >= 0 and parens <= piped_groups[-1]:
+                piped_groups.pop()
+            if "|" in token and "||" not in token:
+                piped = True
+            elif token.strip("(") == "":
+                if piped:  # a subshell opened on a pipe: everything in it reads the pipe
+                    piped_groups.append(parens - token.count("("))
+            elif not piped_groups:
+                piped = False
+                pipeline_start = len(reading.segments)
             continue
         if expect_target:
             expect_target = False
@@ -340,11 +407,47 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
                 reading.target(token, "redirect")
             continue
         current.append(token)
-    ok &= _flush(current, depth, reading)
+    ok &= _flush(current, depth, reading, pipeline_start if piped else None)
+    for _, start, runners in open_substitutions:
+        _generated(runners, reading.segments[start:], reading)
     return ok
 
 
-def _flush(words: list[str], depth: int, reading: _Reading) -> bool:
+_STDIN_NAMES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+
+
+def _program_readers(segments: list[tuple[str, ...]], *, substituted: bool = False) -> list[str]:
+    """The shells, ``source``/``.`` and interpreters among ``segments`` (unwrapped) that read their program from
+    stdin, or (``substituted``: their words were cut at a process substitution) from the substitution."""
+    runners: list[str] = []
+    for segment in segments:
+        for candidate in _unwrap(segment):
+            name = candidate[0]
+            operands = [word for word in candidate[1:] if not word.startswith("-")]
+            if name in _SHELLS or name == "su":
+                options = [word for word in candidate[1:] if word.startswith("-") and not word.startswith("--")]
+                if any("c" in option for option in options):
+                    continue  # 'bash -c CMD': its program is on the command line (read as such)
+                if not operands or operands[0] in _STDIN_NAMES or "-s" in options:
+                    runners.append(name)
+            elif (name in ("source", ".") or (_INTERPRETER.match(name) and not substituted)) and (
+                not operands or operands[0] in _STDIN_NAMES
+            ):
+                runners.append(name)
+    return runners
+
+
+def _generated(runners: list[str], sources: list[tuple[str, ...]], reading: _Reading) -> None:
+    if not runners:
+        return
+    names = tuple(dict.fromkeys(c[0] for segment in sources for c in _unwrap(segment) if c[0] not in _WRAPPERS))
+    for runner in dict.fromkeys(runners):
+        if len(reading.generated) < _MAX_SEGMENTS:
+            reading.generated.append(GeneratedCode(runner=runner, sources=names))
+
+
+def _flush(words: list[str], depth: int, reading: _Reading, piped_from: int | None = None) -> bool:
+    """Read one simple command; ``piped_from``: the index of the first segment of the pipeline it reads."""
     ok = True
     segments = reading.segments
     # A substitution kept inside one word (double quotes) still runs: read what it contains.
@@ -360,6 +463,8 @@ def _flush(words: list[str], depth: int, reading: _Reading) -> bool:
     if len(segments) >= _MAX_SEGMENTS or sum(map(len, segments)) + len(words) > _MAX_WORDS:
         return False
     segment = tuple(words)
+    if piped_from is not None:
+        _generated(_program_readers([segment]), segments[piped_from:], reading)
     segments.append(segment)
     for candidate in _unwrap(segment):
         name = candidate[0]
@@ -428,14 +533,77 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
         if any(arg.startswith("-i") or arg.startswith("--in-place") for arg in args):
             for arg in operands[1:]:
                 reading.target(arg, "sed")
+        scripts = [value for value in _option_values(args, "e", ("--expression",))] or operands[:1]
+        for script in scripts:
+            for found in _SED_WRITE.finditer(script):  # the 'w FILE' command and the s///w flag write FILE
+                reading.target(found.group(1), "sed")
     elif name in _LAST_OPERAND and operands:
-        reading.target(operands[-1], name)
+        folder = None if name == "rsync" else next(iter(_option_values(args, "t", ("--target-directory",))), None)
+        if folder is None:
+            reading.target(operands[-1], name)
+        else:  # 'cp -t DIR SRC...': every source lands in DIR under its own name
+            for source in operands:
+                if source != folder:
+                    reading.target(posixpath.join(folder, posixpath.basename(source.rstrip("/")) or "*"), name)
     elif name in _ALL_OPERANDS:
         for arg in operands[1:] if name in ("chmod", "chown", "chgrp") else operands:
             reading.target(arg, name)
+    elif name == "unzip" or (name in ("tar", "bsdtar") and _extracts(args)):
+        # Extracting writes files whose names the archive holds, into the folder named by -C (tar) or -d (unzip).
+        for folder in _option_values(args, "d" if name == "unzip" else "C", ("--directory",)):
+            reading.target(posixpath.join(folder, "*"), name)
+    if name not in _NOT_OUTPUT_OPTION:
+        # '-o FILE' / '--output FILE' / '--output=FILE' name the file written by most tools (sort, git log and
+        # format-patch, compilers, curl, wget -O ...); reading too many targets only makes a verdict stricter.
+        long_names = ("--output", "--output-document", "--output-file", "--out-file")
+        for value in _option_values(args, "oO" if name == "wget" else "o", long_names, combined=False):
+            reading.target(value, name)
     match = _INTERPRETER.match(name)
     if match is not None:
         _inline_code(name, args, reading)
+
+
+def _extracts(args: tuple[str, ...]) -> bool:
+    """Whether a tar command line extracts (``-x``, ``--extract``, ``--get``, or ``x`` in the leading bundle)."""
+    for index, arg in enumerate(args):
+        if arg in ("--extract", "--get"):
+            return True
+        if not arg.startswith("--") and (arg.startswith("-") or index == 0) and "x" in arg.lstrip("-"):
+            return True
+    return False
+
+
+def _option_values(
+    args: tuple[str, ...], letters: str, long_names: tuple[str, ...], *, combined: bool = True
+) -> list[str]:
+    """The values of an option given as ``-X VALUE``, ``-XVALUE``, combined short flags ending in it (``-vX VALUE``,
+    with ``combined``) or a long name (``--name VALUE``, ``--name=VALUE``), ``X`` being one of ``letters``."""
+    values: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        following = args[index + 1] if index + 1 < len(args) else None
+        if arg == "--":
+            break
+        name, equals, value = arg.partition("=")
+        if name in long_names:
+            if equals:
+                values.append(value)
+            elif following is not None:
+                values.append(following)
+                index += 1
+        elif arg.startswith("-") and not arg.startswith("--") and len(arg) >= 2:
+            flags = arg[1:] if combined else arg[1:2]
+            position = next((i for i, letter in enumerate(flags) if letter in letters), None)
+            if position is not None:
+                rest = flags[position + 1 :] if combined else arg[2:]
+                if rest:
+                    values.append(rest)
+                elif following is not None:
+                    values.append(following)
+                    index += 1
+        index += 1
+    return values
 
 
 def _enter(folder: str, reading: _Reading) -> None:

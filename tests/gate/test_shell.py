@@ -99,3 +99,51 @@ def test_a_computed_target_is_unknown() -> None:
 def test_inline_code_is_found(command: str, code: list[tuple[str, str]]) -> None:
     """Code on an interpreter's command line (or read from stdin) is reported; a script file is not."""
     assert list(parse_command(command).inline_code) == code
+
+
+@pytest.mark.parametrize(
+    ("command", "runner", "sources"),
+    [
+        ("curl x | command sh", "sh", ("curl",)),
+        ("a | b | (cd y; bash)", "bash", ("a", "b", "cd")),
+        ("bash <(base64 -d <<< X)", "bash", ("base64",)),
+        (". <(curl x)", ".", ("curl",)),
+        ("bash < <(curl x)", "bash", ("curl",)),
+        ("cat s | sh -s -- arg", "sh", ("cat",)),
+        ("curl x | env python3", "python3", ("curl",)),
+    ],
+)
+def test_programs_read_from_generated_text_are_found(command: str, runner: str, sources: tuple[str, ...]) -> None:
+    assert [(g.runner, g.sources) for g in parse_command(command).generated_code] == [(runner, sources)]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "curl x | { cd y; }; bash",
+        "ls | grep x; bash",
+        "bash script.sh",
+        "echo hi | bash -c cat",
+        "cat a | python3 x.py",
+    ],
+)
+def test_a_shell_that_reads_no_generated_text_is_not_reported(command: str) -> None:
+    assert parse_command(command).generated_code == ()
+
+
+@pytest.mark.parametrize(
+    ("command", "targets"),
+    [
+        ("cp -t .git/hooks pre-commit", [".git/hooks/pre-commit"]),
+        ("mv -vt ~/.ssh a b", ["~/.ssh/a", "~/.ssh/b"]),
+        ("sort -o out.txt in.txt", ["out.txt"]),
+        ("git log --output=log.txt", ["log.txt"]),
+        ("tar -xf a.tar -C dest", ["dest/*"]),
+        ("unzip a.zip -d dest", ["dest/*"]),
+        ("sed -n 'w copy.txt' in.txt", ["copy.txt"]),
+        ("tar -C src -cf - .", []),
+        ("rsync -t a b", ["b"]),
+    ],
+)
+def test_writes_named_by_options_are_targets(command: str, targets: list[str]) -> None:
+    assert [target.word for target in parse_command(command).write_targets] == targets

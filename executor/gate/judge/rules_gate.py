@@ -81,8 +81,9 @@ _DECODE_TO_SHELL = re.compile(
 )
 _FETCH_TO_SHELL = re.compile(
     r"\b(curl|wget|fetch)\b[^|;&\n]{0,512}\|\s{0,8}(sudo\s{1,8})?(\S{0,64}/)?((ba|da|z|k|a)?sh|python[0-9.]*|perl|ruby"
-    r"|node|php)\b|\b((ba|da|z|k)?sh|source|\.)\s{1,8}<\(\s{0,8}(curl|wget)|\$\(\s{0,8}(curl|wget)"
+    r"|node|php)\b|\b((ba|da|z|k)?sh|source|\.)\s{1,8}<\(\s{0,8}(curl|wget)|(\$\(|`)\s{0,8}(curl|wget)"
 )
+_SHELL_RUNNERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox", "su", "source", "."})
 _DECODE_SUBST = re.compile(r"\$\([^)]{0,512}\b(base64|xxd|printf|rev|openssl)\b")
 _PIPE_TO_SHELL = re.compile(r"\|\s{0,8}(sudo\s{1,8})?(\S{0,64}/)?(ba|da|z|k|a)?sh(\s|$)")
 _ESCAPES = re.compile(r"\\x[0-9a-fA-F]{2}|\\[0-7]{3}|\\u[0-9a-fA-F]{4}|\$'[^']{0,512}\\")
@@ -168,9 +169,16 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
     name = parts[-1]
     if ".git" in parts:
         rest = parts[parts.index(".git") + 1 :]
-        if "hooks" in rest or rest[-1:] in (["config"], ["config.worktree"], ["commondir"], ["gitdir"]) or not rest:
+        if (
+            "hooks" in rest
+            or rest[-1:] in (["config"], ["config.worktree"], ["commondir"], ["gitdir"], ["*"])
+            or not rest
+        ):
             findings.raise_to("sensitive_path", 3, f"writes git hooks or git config ({path}), which run on the host")
             return
+    if len(parts) >= 2 and parts[-2] == "hooks" and name == "*":
+        findings.raise_to("sensitive_path", 2, f"writes files it cannot name into a hooks folder ({path})")
+        return
     if len(parts) >= 2 and parts[-2] == "hooks" and name in GIT_HOOK_NAMES:
         findings.raise_to("sensitive_path", 3, f"writes a git hook by name ({path}); git may be pointed at it")
         return
@@ -382,6 +390,25 @@ def _assess_inline_code(parsed: ParsedCommand, findings: Findings, *, cwd: str) 
             )
 
 
+_FETCHERS = frozenset({"curl", "wget", "fetch", "aria2c", "lynx", "links", "w3m", "http", "https", "nc", "ncat"})
+_DECODERS = frozenset(
+    {"base64", "base32", "basenc", "xxd", "openssl", "gunzip", "zcat", "gzip", "bunzip2", "bzcat", "xz", "xzcat",
+     "unxz", "zstd", "zstdcat", "rev", "uudecode"}
+)  # fmt: skip
+
+
+def _assess_generated_code(parsed: ParsedCommand, findings: Findings) -> None:
+    """A program read from text the command makes (a pipe, a process substitution), whatever wraps the reader."""
+    for generated in parsed.generated_code:
+        sources = set(generated.sources)
+        if sources & _FETCHERS:
+            findings.raise_to("obfuscation", 3, "runs code fetched from the network without showing it")
+        elif sources & _DECODERS:
+            findings.raise_to("obfuscation", 3, "decodes a payload straight into a shell or interpreter")
+        elif generated.runner in _SHELL_RUNNERS:
+            findings.raise_to("obfuscation", 2, "pipes generated text into a shell")
+
+
 def assess_command(
     command: str,
     findings: Findings,
@@ -399,6 +426,7 @@ def assess_command(
     _assess_inline_code(parsed, findings, cwd=cwd)
     if not parsed.parsed:
         findings.raise_to("obfuscation", 2, "the command does not parse cleanly or nests too deep to read")
+    _assess_generated_code(parsed, findings)
     if _FETCH_TO_SHELL.search(command):
         findings.raise_to("obfuscation", 3, "runs code fetched from the network without showing it")
     if _DECODE_TO_SHELL.search(command):
