@@ -6,8 +6,9 @@ instruction_lines`, which marks lines even when no judge answers: the fail-close
 lines; a test runs both over one corpus.
 
 Lines are matched as a reader would take them (:func:`reads_as`): escape notation the sanitizer wrote
-(``<U+200B>``, ``\\x1b``, ``\\r``, ``{×N}``) and the untrusted marker are dropped, whitespace is collapsed and case
-folded, so ``ig<U+200B>nore`` still reads ``ignore``. A phrase split over two consecutive non-blank lines flags both.
+(``<U+200B>``, ``\\x1b``, ``\\r``, ``{×N}``) and the untrusted marker are dropped, compatibility forms folded
+(NFKC: fullwidth and styled letters read plain), whitespace is collapsed and case folded, so ``ig<U+200B>nore`` and
+``Ｉｇｎｏｒｅ`` still read ``ignore``. A phrase split over two consecutive non-blank lines flags both.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Final
 
@@ -102,8 +104,13 @@ _SPACES: Final = re.compile(r"\s+")
 
 
 def reads_as(escaped: str) -> str:
-    """An escaped line as a reader would take it: notation and marker gone, spaces collapsed, casefolded."""
-    return _SPACES.sub(" ", _NOTATION.sub("", escaped)).casefold().strip()
+    """An escaped line as a reader would take it: notation and marker gone, compatibility forms folded (NFKC:
+    fullwidth ``Ｉｇｎｏｒｅ`` reads ``Ignore``, ligatures and styled letters read plain), spaces collapsed,
+    casefolded."""
+    text = _NOTATION.sub("", escaped)
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    return _SPACES.sub(" ", text).casefold().strip()
 
 
 _CACHED_LINE_CHARS: Final = 512
