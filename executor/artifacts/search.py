@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import regex
@@ -121,8 +122,13 @@ def run_search(
     scan_max_chars: int,
     line_ceiling_chars: int,
     timeout_s: float,
+    redact: Callable[[str], str] | None = None,
 ) -> SearchPage:
     """Scan from true line ``start_line`` and return one page with its receipt.
+
+    ``redact`` (called in order on every scanned text, a block of whole lines or one line, and keeping lines one
+    for one) turns stored text into what a reader may see before the pattern runs on it: a pattern then matches
+    only what the presentation shows, never a secret it hides (not by a hit inside it, nor by a lookaround).
 
     Raises:
         PatternTimeout: the pattern's evaluations took longer than ``timeout_s`` in total.
@@ -177,6 +183,8 @@ def run_search(
             break
         if isinstance(item, Block):
             text = display(item.data)
+            if redact is not None:
+                text = redact(text)
             offset = 0
             number = item.first_line
             stop = False
@@ -229,6 +237,8 @@ def run_search(
             used += _UNSCANNABLE_COST
             continue
         line_text = display(line.data[:-1] if line.terminated else line.data)
+        if redact is not None:
+            line_text = redact(line_text)
         spans = scan.spans(line_text, line.number)
         if spans is not None and not deliver(line.number, line_text, spans):
             page_bounded, next_line = True, line.number

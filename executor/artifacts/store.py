@@ -1014,8 +1014,12 @@ class SessionArtifacts:
         pattern: str,
         limit: int,
         start_line: int = 1,
+        redactor: Callable[[str, int], Callable[[str], str]] | None = None,
     ) -> SearchPage:
         """Search a stream line by line with a ``regex`` pattern, in a worker thread, under a time bound.
+
+        ``redactor(stream, start_line)`` makes the function that turns the scanned text into what a reader may
+        see before the pattern runs on it (see :func:`executor.artifacts.search.run_search`).
 
         Resume with the returned ``next_start_line`` (the page's receipt): no match is skipped or repeated.
         A still-running capture is flushed first; if it has already wrapped its tail ring and keeps writing while
@@ -1049,6 +1053,7 @@ class SessionArtifacts:
                 scan_max_chars=settings.scan_max_chars,
                 line_ceiling_chars=settings.line_ceiling_chars,
                 timeout_s=settings.search_timeout_s,
+                redact=None if redactor is None else redactor(name, start_line),
             )
             # The regex work never runs on the event loop thread; the regex timeout bounds the thread.
             return await trio.to_thread.run_sync(job)

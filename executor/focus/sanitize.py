@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -54,9 +54,12 @@ __all__ = [
     "SanitizeCounts",
     "SanitizedView",
     "build_sanitize_request",
+    "credential_redactor",
     "flagged_lines",
     "instruction_lines",
     "judged_view",
+    "key_block_open",
+    "key_body",
     "sanitize",
     "sanitize_request_for",
 ]
@@ -285,6 +288,32 @@ _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_BODY = re.compile(r"^(?P<keep>.{0,16}?)(?:[A-Za-z0-9+/]{8,}={0,2}|(?:Proc-Type|DEK-Info):.*)\s*$")
 
 
+def credential_redactor(*, key_block_open: bool = False) -> Callable[[str], str]:
+    """A function that redacts credentials from consecutive texts of one stream (whole lines, in order), as the
+    sanitizer does, carrying an open private key block from one text to the next (``key_block_open``: one is open
+    before the first text)."""
+    redactor = _Redactor()
+    redactor.in_pem = key_block_open
+
+    return redactor.text
+
+
+def key_block_open(lines: Sequence[str]) -> bool:
+    """Whether a private key block is still open after ``lines`` (consecutive lines of one stream): the line that
+    follows them would be redacted as key material if it looks like it."""
+    redactor = _Redactor()
+    for line in lines:
+        redactor.pem(line)
+    return redactor.in_pem
+
+
+def key_body(line: str, *, block_open: bool) -> bool:
+    """Whether ``line`` is redacted as private key material when a key block is (``block_open``) open before it."""
+    redactor = _Redactor()
+    redactor.in_pem = block_open
+    return redactor.pem(line) != line
+
+
 class _Redactor:
     """Redacts credential-shaped strings; a private key block spans lines."""
 
@@ -293,9 +322,10 @@ class _Redactor:
         self.kinds: Counter[str] = Counter()
 
     def text(self, text: str) -> str:
-        # No credential pattern crosses a newline, so whole-text substitution keeps lines one for one.
-        if "PRIVATE KEY" in text:
-            text = "\n".join(self._pem(line) for line in text.split("\n"))
+        # No credential pattern crosses a newline, so whole-text substitution keeps lines one for one. A key block
+        # left open by the previous text of the same stream goes on in this one.
+        if self.in_pem or "PRIVATE KEY" in text:
+            text = "\n".join(self.pem(line) for line in text.split("\n"))
         # Case-blind patterns are screened on the casefolded text; outside ASCII, where a case-blind match can
         # fold differently (``ſ`` matches ``s``), every pattern is searched.
         folded = text.casefold() if text.isascii() else None
@@ -312,7 +342,8 @@ class _Redactor:
         keep = match.groupdict().get("keep") or ""
         return f"{keep}[REDACTED:{kind}]"
 
-    def _pem(self, line: str) -> str:
+    def pem(self, line: str) -> str:
+        """One line through the private key block state machine (redacted when it is key material)."""
         if self.in_pem:
             end = _PEM_END.search(line)
             if end is not None:

@@ -62,7 +62,12 @@ class OutputTools:
         """See :meth:`executor.session.Session.search_output`."""
         artifact_id = self._artifacts.current(artifact_id)
         page = await self._artifacts.search_output(
-            artifact_id, stream=stream, pattern=pattern, limit=limit, start_line=start_line
+            artifact_id,
+            stream=stream,
+            pattern=pattern,
+            limit=limit,
+            start_line=start_line,
+            redactor=self._views.search_redactor(artifact_id),
         )
         text = await self._views.sanitize(self._views.search_page(page), artifact_id=artifact_id)
         return ToolResult(

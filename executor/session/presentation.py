@@ -7,7 +7,7 @@ module-level functions are pure: a run's header, its orphans note and its outcom
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final, Literal
@@ -26,7 +26,13 @@ from executor.focus import (
     sanitize,
     split_sections,
 )
-from executor.focus.sanitize import judged_view, sanitize_request_for
+from executor.focus.sanitize import (
+    credential_redactor,
+    judged_view,
+    key_block_open,
+    key_body,
+    sanitize_request_for,
+)
 from executor.journal.events import FocusDecision, SectionManifest
 from executor.models import RunResult
 from executor.session.api import FocusMode, Outcome
@@ -35,6 +41,10 @@ from executor.session.gating import Gatekeeper
 __all__ = ["Views", "orphans_note", "outcome_of", "run_header"]
 
 _RAW_MAX_LINES: Final = 100_000
+_KEY_LOOKBACK_LINES: Final = 512
+"""How far back a page or hit looks for the BEGIN line of a private key block it may be inside (a 16384-bit RSA
+key is about 200 lines)."""
+_KEY_LOOKBACK_CHARS: Final = 256 * 1024
 """Most lines of a raw stream a result carries (the display budget usually binds first)."""
 
 
@@ -189,12 +199,53 @@ class Views:
         return page.data.decode("utf-8", "replace"), page.complete
 
     def read_page(self, page: ReadPage) -> str:
-        """A ``read_output`` page as text (raw; the caller sanitizes it)."""
+        """A ``read_output`` page as text (raw; the caller sanitizes it).
+
+        A page that starts inside a private key block (its BEGIN line is on an earlier page) has the block's lines
+        redacted here: the sanitizer, which sees only this page, could not know they are key material.
+        """
+        if page.start_line > 1 and page.start_byte_in_line is None and page.data:
+            lines = page.data.decode("utf-8", "replace").split("\n")
+            if key_body(lines[0], block_open=True) and self._key_block_open_before(
+                page.artifact_id, page.stream, page.start_line
+            ):
+                redacted = credential_redactor(key_block_open=True)("\n".join(lines))
+                page = page.model_copy(update={"data": redacted.encode("utf-8")})
         return render_read_page(page, hints=self.hints)
 
     def search_page(self, page: SearchPage) -> str:
         """A ``search_output`` page as text (raw; the caller sanitizes it)."""
         return render_search_page(page, hints=self.hints)
+
+    def search_redactor(self, artifact_id: str) -> Callable[[str, int], Callable[[str], str]]:
+        """What a search of ``artifact_id`` matches its pattern against: each scanned text with the credentials and
+        private keys the presentation hides already redacted (a key block open before the search's first line
+        included), so a hit, a count or an exit code never tells a hidden character: not by a hit inside a secret,
+        nor by a lookaround that tests it."""
+
+        def make(stream: str, start_line: int) -> Callable[[str], str]:
+            block_open = start_line > 1 and self._key_block_open_before(artifact_id, stream, start_line)
+            return credential_redactor(key_block_open=block_open)
+
+        return make
+
+    def _key_block_open_before(self, artifact_id: str, stream: str, line: int) -> bool:
+        """Whether a private key block that began on an earlier line (at most ``_KEY_LOOKBACK_LINES`` back) is still
+        open when ``line`` of the stream starts."""
+        first = max(1, line - _KEY_LOOKBACK_LINES)
+        lines: list[str] = []
+        while first < line:
+            page = self._artifacts.read_output(
+                artifact_id, stream=stream, start_line=first, line_count=line - first, budget_chars=_KEY_LOOKBACK_CHARS
+            )
+            if page.start_byte_in_line is not None or page.end_line < first:
+                # A line too long for one page is no key material: the block (if any) was over before it.
+                lines.append("")
+                first += 1
+                continue
+            lines.extend(page.data.decode("utf-8", "replace").removesuffix("\n").split("\n"))
+            first = page.end_line + 1
+        return key_block_open(lines)
 
     def _stream_text(self, artifact_id: str, stream: str) -> str:
         parts: list[str] = []
