@@ -6,8 +6,10 @@ start (no engine, another service on the socket).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+from pathlib import Path
 
 import trio
 import typer
@@ -22,8 +24,11 @@ def serve(ctx: typer.Context) -> None:
     """Serve the executor's JSON API (and MCP at /mcp when tokens are set) on a unix socket under the home."""
     st = state(ctx)
     settings = st.settings()
+    config = st.config or (Path(os.environ["EXECUTOR_CONFIG"]) if os.environ.get("EXECUTOR_CONFIG") else None)
+    # What clients compare their own settings file with (it was just read whole, so it can be read again).
+    digest = None if config is None else hashlib.sha256(config.read_bytes()).hexdigest()
     try:
-        trio.run(_serve, settings, api_key_from(settings.gate.judge, os.environ))
+        trio.run(_serve, settings, api_key_from(settings.gate.judge, os.environ), digest)
     except BaseException as exc:
         leaf = _single(exc)
         if isinstance(leaf, ConfigError):
@@ -40,10 +45,14 @@ def _single(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _serve(settings: Settings, api_key: str | None) -> None:
+async def _serve(settings: Settings, api_key: str | None, settings_sha256: str | None) -> None:
     from executor.service.server import serve as run_service  # heavy; only this command needs it
 
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(lambda task_status: run_service(settings, api_key=api_key, task_status=task_status))
+        bound = await nursery.start(
+            lambda task_status: run_service(
+                settings, api_key=api_key, settings_sha256=settings_sha256, task_status=task_status
+            )
+        )
         sys.stderr.write(f"executor service listening on {', '.join(bound)}\n")
         sys.stderr.flush()

@@ -209,9 +209,10 @@ class _LiveResponse(StreamingResponse):
 
 
 class _Api:
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, settings_sha256: str | None) -> None:
         self.service = service
         self.svc = service.svc
+        self.settings_sha256 = settings_sha256
 
     # -- plumbing ----------------------------------------------------------------------------------------------
 
@@ -287,6 +288,7 @@ class _Api:
                 version=_VERSION,
                 sessions=len(service.held),
                 running=service.running,
+                settings_sha256=self.settings_sha256,
             )
         )
 
@@ -894,9 +896,10 @@ class _Auth:
         await self._app(scope, receive, send)
 
 
-def build_app(service: Service, *, mcp: ASGIApp | None = None) -> ASGIApp:
-    """The service's ASGI app: ``/v1/...`` and, when given, the MCP endpoint at ``/mcp``."""
-    api = _Api(service)
+def build_app(service: Service, *, mcp: ASGIApp | None = None, settings_sha256: str | None = None) -> ASGIApp:
+    """The service's ASGI app: ``/v1/...`` and, when given, the MCP endpoint at ``/mcp`` (``settings_sha256``: the
+    digest of the settings file it runs with, told by ``/v1/health``)."""
+    api = _Api(service, settings_sha256)
     p = "/v1/sessions/{session}"
     routes = [
         Route("/v1/health", _guard(api.health), methods=["GET"]),

@@ -82,9 +82,11 @@ async def serve(
     settings: Settings,
     *,
     api_key: str | None = None,
+    settings_sha256: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; reports the bound addresses once listening.
+    """Serve until SIGTERM or SIGINT; reports the bound addresses once listening (``settings_sha256``: the digest of
+    the file the settings were read from, which ``/v1/health`` tells clients).
 
     Raises:
         ConfigError: TCP without tokens (checked before anything starts).
@@ -109,7 +111,8 @@ async def serve(
     async with open_executor(settings, api_key=api_key, pool="service") as executor, AsyncExitStack() as stack:
         service = await stack.enter_async_context(open_service(executor, settings))
         mcp = await stack.enter_async_context(_mcp_app(executor, settings))
-        app: Any = build_app(service, mcp=mcp)  # starlette's ASGI type, which hypercorn spells differently
+        # starlette's ASGI type, which hypercorn spells differently
+        app: Any = build_app(service, mcp=mcp, settings_sha256=settings_sha256)
         shutdown = trio.Event()
         try:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -341,6 +341,10 @@ class Health(_Wire):
     """Sessions held."""
     running: int
     """Commands running now."""
+    settings_sha256: str | None = None
+    """SHA-256 of the settings file the service was started with (``--config`` or ``EXECUTOR_CONFIG``); None when it
+    runs on the defaults and its environment. Settings apply where a command runs: a CLI given another file refuses
+    to send its commands here."""
 
 
 class ReadQuery(_Wire):

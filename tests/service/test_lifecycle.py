@@ -278,3 +278,28 @@ def test_a_session_at_its_pids_limit_answers_503_until_its_processes_end(service
         client.stop_task(session, str(task.data["task_id"]))
         _poll(lambda: not spawn_refused(), 60, "the session to start processes again")
         assert client.exec(session, "echo back").stdout == b"back\n"
+
+
+def test_a_cli_given_other_settings_than_the_services_refuses_to_use_it(service_factory: Any, tmp_path: Any) -> None:
+    """Settings apply where a command runs: a thin CLI call given a settings file the service was not started with
+    exits 2 naming it (the service would have run it without them, silently); the same file, or none, goes through."""
+    mine = tmp_path / "service.toml"
+    mine.write_text("[sessions]\nidle_s = 600\n")
+    other = tmp_path / "stricter.toml"
+    other.write_text("[sessions]\nidle_s = 600\n\n[gate]\ntrust = 1\n")
+    service: ServiceProcess = service_factory(config=str(mine))
+    service.start()
+    env = {k: v for k, v in service.env.items() if k != "EXECUTOR_CONFIG"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "executor.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    refused = cli("--config", str(other), "exec", "--", "echo", "ran")
+    assert refused.returncode == 2, refused.stderr
+    assert str(other) in refused.stderr and "ran" not in refused.stdout and "Traceback" not in refused.stderr
+    same = cli("--config", str(mine), "exec", "--", "echo", "ran")
+    assert (same.returncode, same.stdout) == (0, "ran\n"), same.stderr
+    plain = cli("exec", "--", "echo", "ran")
+    assert (plain.returncode, plain.stdout) == (0, "ran\n"), plain.stderr

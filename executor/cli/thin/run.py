@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -918,6 +919,9 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return out.fail(str(exc), shapes.EXIT_FAILURE)
     client = _Client(conn, out)
     try:
+        refused = _other_settings(conn, target, parsed.config or env.get("EXECUTOR_CONFIG"))
+        if refused is not None:
+            return out.fail(refused, shapes.EXIT_USAGE)
         return _COMMANDS[parsed.command](client, parsed)
     except Usage as exc:
         return out.fail(str(exc), shapes.EXIT_USAGE)
@@ -942,6 +946,29 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         )
     finally:
         conn.close()
+
+
+def _other_settings(conn: Connection, target: Target, config: str | None) -> str | None:
+    """Why the service must not run this line: the caller gave a settings file (``--config``, ``EXECUTOR_CONFIG``)
+    that is not the one the service runs with. Settings apply where a command runs, so the service would have run
+    it without them (a stricter gate, another policy or profile), silently. None: no file given, or the same."""
+    if not config:
+        return None
+    try:
+        with open(config, "rb") as handle:
+            mine = hashlib.sha256(handle.read()).hexdigest()
+    except OSError as exc:
+        return f"cannot read settings file {config}: {exc.strerror or exc}"
+    health = conn.call("GET", "/v1/health")
+    theirs = health.get("settings_sha256") if isinstance(health, dict) else None
+    if theirs == mine:
+        return None
+    runs_with = "another settings file" if theirs else "the default settings"
+    return (
+        f"settings file {config}: the service at {target.label} runs with {runs_with}, and settings apply where a "
+        f"command runs, so it would ignore this file; start the service with it (EXECUTOR_CONFIG={config} executor "
+        "serve), or stop the service to run in-process"
+    )
 
 
 def find_service_quietly(config: str | None, environ: Mapping[str, str]) -> Target | None:
