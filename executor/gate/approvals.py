@@ -57,6 +57,9 @@ class ApprovalRequest(BaseModel):
     """Human-readable: the command (with cwd, env, timeout) or the path and the proposed diff."""
     reasons: tuple[str, ...] = ()
     """Why the gate asks (matched rules, judge findings)."""
+    approval_id: str | None = None
+    """The id the session's journal records this ask under (``approval_requested``/``approval_resolved``); a handler
+    that names its asks (the service's pending approvals) uses it, so the id a person answers is the journal's."""
 
 
 class ApprovalHandler(Protocol):
@@ -234,6 +237,7 @@ async def request_approval(
     *,
     current_identity: Callable[[], Awaitable[str]],
     reasons: Sequence[str] = (),
+    approval_id: str | None = None,
 ) -> Approval:
     """Ask ``handler`` to approve ``action`` and return a single-use :class:`Approval` for it.
 
@@ -243,6 +247,7 @@ async def request_approval(
         current_identity: recomputes the action's identity at resolution (for a write: re-stat the target
             and rebuild the action), so a change during review is caught.
         reasons: why the gate asks, shown to the person.
+        approval_id: the id the journal records the ask under (handed to the handler in the request).
 
     Raises:
         ApprovalRequired: no handler; the message is the blocked tool result for the agent.
@@ -251,7 +256,9 @@ async def request_approval(
         trio.Cancelled: cancellation (including a time bound) propagates; nothing is approved.
     """
     identity = action.identity()
-    request = ApprovalRequest(action=action, identity=identity, summary=summarize(action), reasons=tuple(reasons))
+    request = ApprovalRequest(
+        action=action, identity=identity, summary=summarize(action), reasons=tuple(reasons), approval_id=approval_id
+    )
     if handler is None:
         raise ApprovalRequired(blocked_result_text(request))
     try:

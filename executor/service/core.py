@@ -775,7 +775,10 @@ class Service:
         async def ask(request: ApprovalRequest) -> bool | None:
             if self.draining:
                 return None
-            approval_id = f"ap-{secrets.token_hex(8)}"
+            # The journal's id for the ask (one id from the journal to the person answering it).
+            approval_id = request.approval_id or f"ap-{secrets.token_hex(8)}"
+            if approval_id in self._pending:
+                approval_id = f"ap-{secrets.token_hex(8)}"  # never two pending asks under one id
             timeout = self.svc.approval_timeout_s
             pending = _Pending(request, approval_id, session_id, owner, time.monotonic() + timeout)
             self._pending[approval_id] = pending

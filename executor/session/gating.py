@@ -225,7 +225,7 @@ class Gatekeeper:
         resolution: Literal["approved", "denied", "eof", "cancelled", "invalidated", "unavailable"] = "cancelled"
         try:
             approval = await request_approval(
-                action, handler, current_identity=current_identity, reasons=outcome.reasons
+                action, handler, current_identity=current_identity, reasons=outcome.reasons, approval_id=approval_id
             )
             approval.consume(identity)
             resolution = "approved"

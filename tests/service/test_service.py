@@ -207,21 +207,28 @@ def test_write_creates_parents_and_sets_a_mode(shared_service: ServiceProcess) -
 
 
 def test_approval_answered_out_of_band(shared_service: ServiceProcess) -> None:
-    """An ask waits; a second client lists it and approves it once; a denied one leaves nothing behind."""
+    """An ask waits; a second client lists it and approves it once; a denied one leaves nothing behind. The id
+    answered is the one the session's journal records the ask and its answer under."""
     with shared_service.client() as client, shared_service.client() as approver:
         session = client.create_session().id
         for approve in (True, False):
             tag = "yes" if approve else "no"
             outcome: list[Any] = []
+            answered = ""
             with client.stream_exec(session, ASKED.format(tag=tag)) as events:
                 for event in events:
                     if event.kind == "approval":
                         pending = [a for a in approver.approvals() if a.approval_id == event.approval_id]
                         assert pending and "crontab" in pending[0].summary
                         approver.answer(event.approval_id, approve=approve)
+                        answered = event.approval_id
                         with pytest.raises(ApprovalNotFound):
                             approver.answer(event.approval_id, approve=approve)
                     outcome.append(event)
+            journal = shared_service.home / "sessions" / session / "journal.ndjson"
+            records = [json.loads(line) for line in journal.read_text().splitlines()]
+            asks = {(r["type"], r.get("outcome")) for r in records if r.get("approval_id") == answered}
+            assert asks == {("approval_requested", None), ("approval_resolved", "approved" if approve else "denied")}
             result = outcome[-1].result
             marker = client.exec(session, f"test -e asked-{tag} && echo present || echo absent").stdout
             if approve:
