@@ -81,12 +81,14 @@ def replay_command(
         "journal": str(journal),
         "verification": read.verification,
         "verification_note": read.note,
+        "failed_authentication": read.failed_authentication,
         **report.model_dump(mode="json"),
     }
     text = render(report, journal=str(journal))
     emit_done(
         data,
-        f"journal {read.verification.upper()}: {read.note}\n{text}",
+        f"journal {'FAILED VERIFICATION' if read.failed_authentication else read.verification.upper()}: "
+        f"{read.note}\n{text}",
         json_mode=json_mode,
         code=code,
         outcome="error" if unreadable else "completed",

@@ -151,6 +151,9 @@ class JournalRead(_Model):
     """Whether the lines' MACs and chain were checked against this home's key."""
     note: str = "read without a journal key; nothing was verified"
     """Why the journal is (un)verified, for people."""
+    failed_authentication: int = 0
+    """Of the refused lines (and the journal's end), how many failed authentication under this home's key (altered,
+    forged, unsigned, reordered, cut): a verified journal with any is not authentic as a whole."""
 
     @property
     def events(self) -> tuple[JournalEvent, ...]:
@@ -508,13 +511,17 @@ def read_journal(
         lines=lines,
         verification="verified" if verify else "unverified",
         note=_note(verify, key, failed_auth),
+        failed_authentication=failed_auth if verify else 0,
     )
 
 
 def _note(verify: bool, key: JournalKey | None, failed_auth: int) -> str:
     if verify:
         if failed_auth:
-            return f"verified with this home's key: {failed_auth} line(s) failed authentication (see issues)"
+            return (
+                f"checked with this home's key: {failed_auth} line(s) failed authentication and were not used (see "
+                "issues); the accepted lines are authentic"
+            )
         return "verified with this home's key: every accepted line is authentic and the chain is whole"
     if key is None:
         return "this home has no journal key; the journal was read UNVERIFIED (it may have been altered)"

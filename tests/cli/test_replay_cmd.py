@@ -277,7 +277,9 @@ def test_forged_approval_and_execution_of_a_denied_action_are_reported(tmp_path:
     assert data["verification"] == "verified" and data["outcome"] == "completed" and data["journal_errors"]
     assert [(e["line"], e["code"]) for e in data["errors"]] == [(5, "unsigned"), (6, "unsigned"), (7, "unsigned")]
     text = _invoke(["replay", str(journal)], home).stdout
-    assert text.startswith("journal VERIFIED: verified with this home's key: 3 line(s) failed authentication")
+    # A journal with forged lines is not announced as verified: the headline says it failed.
+    assert text.startswith("journal FAILED VERIFICATION: checked with this home's key: 3 line(s) failed authentication")
+    assert data["failed_authentication"] == 3
 
 
 def test_a_journal_from_another_home_is_replayed_explicitly_unverified(tmp_path: Path, home: Path) -> None:
