@@ -37,7 +37,7 @@ from executor.errors import (
     SessionStopped,
 )
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
-from executor.sandbox.usage import UsageMark, usage_path
+from executor.sandbox.usage import UsageMark, read_usage, usage_path
 from executor.service.files import unlinked_file
 from executor.service.wire import (
     ApprovalView,
@@ -663,7 +663,7 @@ class Service:
                 limit = held.idle_limit_s
                 if limit is not None and held.busy == 0 and now - held.last_used > limit:
                     with suppress(ExecutorError):
-                        await self._stop_idle_held(held)
+                        await self._stop_if_idle_everywhere(held, limit)
             if trio.current_time() >= next_sweep and not self.draining:
                 next_sweep = trio.current_time() + self.settings.sessions.idle_check_s
                 try:
@@ -675,6 +675,25 @@ class Service:
                         logger.info("stopped idle session %s", stopped)
                     if report.removed:
                         logger.info("removed %s", ", ".join(report.removed))
+
+    async def _stop_if_idle_everywhere(self, held: Held, limit: float) -> None:
+        """Stop a held session idle by the service's clock unless another process (an in-process CLI call, an MCP
+        server) uses it: a command running there, or one that ended within the limit, keeps it (its usage file says
+        so). The usage file stays locked while the session stops, so a call starting meanwhile is not missed."""
+        path = usage_path(self.settings.home, held.session.id)
+        usage, lock = await trio.to_thread.run_sync(partial(read_usage, path, hold=True))
+        try:
+            if usage.busy:
+                return
+            if usage.last_used_at is not None:
+                since = (datetime.now(UTC) - usage.last_used_at).total_seconds()
+                if since <= limit:
+                    held.last_used = time.monotonic() - max(0.0, since)  # used elsewhere: idle from then
+                    return
+            await self._stop_idle_held(held)
+        finally:
+            if lock is not None:
+                os.close(lock)
 
     async def _stop_idle_held(self, held: Held) -> None:
         """Stop a held session that went idle: an unnamed one is removed, a named one's workspace is kept (its name

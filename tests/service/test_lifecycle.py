@@ -303,3 +303,28 @@ def test_a_cli_given_other_settings_than_the_services_refuses_to_use_it(service_
     assert (same.returncode, same.stdout) == (0, "ran\n"), same.stderr
     plain = cli("exec", "--", "echo", "ran")
     assert (plain.returncode, plain.stdout) == (0, "ran\n"), plain.stderr
+
+
+def test_a_held_session_is_not_idle_while_another_process_runs_in_it(service_factory: Any, tmp_path: Any) -> None:
+    """The service stops a session it holds for idleness only when no process uses it: a command run in it
+    in-process (another CLI) outlives the service's idle limit, and the session stops once that command ended."""
+    service: ServiceProcess = service_factory()
+    service.start()
+    name = new_name()
+    try:
+        with service.client() as client:
+            client.create_session(name=name, idle_s=2)
+            assert client.exec(name, "echo held").stdout == b"held\n"  # the service holds it from here on
+        in_process = {**service.env, "EXECUTOR_SERVICE__SOCKET": str(tmp_path / "no-service.sock")}
+        ran = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", "sleep 6; echo survived"],
+            env=in_process,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (ran.returncode, ran.stdout) == (0, "survived\n"), ran.stderr
+        with service.client() as client:
+            _poll(lambda: name not in {s.name for s in client.list_sessions() if s.state == "running"}, 60, "idle stop")
+    finally:
+        _stop_named(service, name)
