@@ -8,6 +8,8 @@ milliseconds, not the executor's import); everything else, and everything when n
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from typing import Any
 
@@ -17,6 +19,7 @@ __all__ = ["main"]
 def main() -> None:
     """Console-script entry point."""
     argv = sys.argv[1:]
+    _terminate_as_interrupt(argv)
     from executor.cli.thin.run import run_thin
 
     code = run_thin(argv)
@@ -26,6 +29,27 @@ def main() -> None:
     from executor.cli.app import main as run_app
 
     run_app(argv)
+
+
+_SERVERS = frozenset({"serve", "mcp"})
+"""Commands that handle SIGTERM themselves (a drain)."""
+
+
+def _terminate_as_interrupt(argv: list[str]) -> None:
+    """SIGTERM and SIGHUP (a CI job cancelled, ``timeout``, a closed terminal) end a command as Ctrl-C does, so its
+    clean-up runs: a throwaway session is removed (which kills its command), temporary files go, and the exit is 130.
+    Python's default for them ends the process at once, leaving all of that behind."""
+    command = next((word for word in argv if not word.startswith("-")), None)
+    if command in _SERVERS:
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+            raise KeyboardInterrupt  # Ctrl-C is ignored here (a background job of a script): interrupt in place
+        os.kill(os.getpid(), signal.SIGINT)  # delivered where Ctrl-C would be (trio raises it at a safe point)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
 
 
 def __getattr__(name: str) -> Any:

@@ -7,13 +7,17 @@ import hashlib
 import json
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from executor.testing.cli import cli, named_session, serving
+from executor.sandbox.docker.backend import home_identity
+from executor.testing.cli import cli, cli_env, named_session, serving
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -358,3 +362,47 @@ def test_options_end_at_the_first_command_word(either_home: Path) -> None:
         task = started.json()["task_id"]
         followed = cli(home, "bg", "read", task, "--session", name, "--follow")
         assert followed.stdout == "bg --session elsewhere\n", followed.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_ends_an_exec_as_ctrl_c_does(either_home: Path, signum: int) -> None:
+    """A CI job cancelled (SIGTERM) or a terminal closed (SIGHUP) ends `executor exec` as Ctrl-C does: exit 130 and
+    its throwaway session removed, which kills the command (they were left running, for an hour over a service)."""
+    home = either_home
+    with subprocess.Popen(
+        [sys.executable, "-m", "executor.cli", "exec", "--", "echo started; sleep 300"],
+        env=cli_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"started\n"  # the command runs (its output streams live)
+        assert home_containers(home) != []
+        proc.send_signal(signum)
+        assert proc.wait(timeout=120) == 130
+    deadline = time.monotonic() + 60
+    while home_containers(home):
+        assert time.monotonic() < deadline, "the throwaway session was left behind"
+        time.sleep(0.2)
+
+
+def home_containers(home: Path) -> list[str]:
+    """The ids of the containers of ``home``'s sessions (by their home label), but for a service's warm pools."""
+    found = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--format",
+            '{{.ID}} {{.Label "executor.pool"}}',
+            "--filter",
+            f"label=executor.home={home_identity(home)}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return [line.split()[0] for line in found.stdout.splitlines() if len(line.split()) == 1]
