@@ -18,6 +18,7 @@ import shlex
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -817,7 +818,13 @@ class _NoAnswer(Response):
         return None
 
 
-def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+def _guarded(
+    handler: Callable[[Request], Awaitable[Response]], *, drain_limit: int
+) -> Callable[[Request], Awaitable[Response]]:
+    """Answer ``handler``'s errors as JSON. A request refused before its body was read has the body read and dropped
+    first (up to ``drain_limit`` bytes; a refusal for size is not drained): a client that sends its whole body
+    before it reads the answer (most do) would otherwise block on a service that no longer reads."""
+
     async def guarded(request: Request) -> Response:
         try:
             reader = request.headers.get(_HINTS_HEADER)
@@ -829,10 +836,13 @@ def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Reque
                     return await handler(request)
             return await handler(request)
         except _HttpError as exc:
+            if exc.status != 413:
+                await _drain(request, drain_limit)
             return _error(exc.status, exc.type, str(exc))
         except _HttpConflict as exc:
             return _json(exc.result, status=409)
         except ExecutorError as exc:
+            await _drain(request, drain_limit)
             return _error(_status_of(exc), public_name(exc), str(exc))
         except ClientDisconnect:
             # The client went away mid-request: nobody to answer, and an answer would race the server's own.
@@ -842,6 +852,16 @@ def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Reque
             return _error(500, "ExecutorError", f"the service failed ({type(exc).__name__}); see its log")
 
     return guarded
+
+
+async def _drain(request: Request, limit: int) -> None:
+    """Read and drop what is left of a request's body, up to ``limit`` bytes (nothing when it was read already)."""
+    seen = 0
+    with suppress(RuntimeError, ClientDisconnect):  # RuntimeError: the body was consumed already
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > limit:
+                return
 
 
 class _Auth:
@@ -900,6 +920,11 @@ def build_app(service: Service, *, mcp: ASGIApp | None = None, settings_sha256: 
     """The service's ASGI app: ``/v1/...`` and, when given, the MCP endpoint at ``/mcp`` (``settings_sha256``: the
     digest of the settings file it runs with, told by ``/v1/health``)."""
     api = _Api(service, settings_sha256)
+    bodies = max(api.json_limit(), service.svc.max_request_bytes)
+
+    def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        return _guarded(handler, drain_limit=bodies)
+
     p = "/v1/sessions/{session}"
     routes = [
         Route("/v1/health", _guard(api.health), methods=["GET"]),

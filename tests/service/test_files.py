@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from executor.errors import ContentRejected, ExecutorError, UnsafeTarget
+from executor.errors import ContentRejected, ExecutorError, SessionNotFound, UnsafeTarget
 from executor.service.files import Spool
 from executor.testing.files import listing, make_tree
 from tests.service.conftest import ServiceProcess
@@ -217,3 +217,26 @@ def test_a_large_upload_streams_with_flat_memory(service_factory: Any, tmp_path:
     assert int(child_peak) < size // 4, child_peak  # growth past the imports' peak
     assert grown < size // 4, grown
     assert not list((service.home / "tmp").glob("upload-*"))  # the spooled body is gone
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(180)
+def test_a_large_upload_refused_before_its_body_is_answered_not_hung(
+    shared_service: ServiceProcess, tmp_path: Path
+) -> None:
+    """An upload the service refuses before reading its body (no such session) is answered, whatever its size: the
+    service reads and drops the body before it answers, and the thin CLI stops sending once an answer came. Both
+    clients used to send into a service that no longer read, forever."""
+    folder = tmp_path / "big"
+    folder.mkdir()
+    (folder / "big.bin").write_bytes(os.urandom(3_000_000))
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.cli", "cp", str(folder / "big.bin"), "no-such-session:x"],
+        env=shared_service.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "no session" in done.stderr, done.stderr
+    with shared_service.client() as client, pytest.raises(SessionNotFound):
+        client.upload("no-such-session", folder, "x")

@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import os
+import select
 import socket
 import stat
 import sys
@@ -41,6 +42,8 @@ __all__ = [
 _CONNECT_TIMEOUT_S: Final = 10.0
 _USAGE_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 409, 413, 422})
 _MAX_HEAD_BYTES: Final = 64 * 1024
+_SEND_SLICE_BYTES: Final = 1 << 20
+"""At most this much is handed to the socket at a time while watching for an early answer."""
 _TOML_MAX_BYTES: Final = 1024 * 1024
 """At most this much of a settings file is read (``executor.config.TOML_MAX_BYTES``; a test checks they agree)."""
 _SAFE: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
@@ -401,7 +404,7 @@ class Connection:
         sent = True
         try:
             try:
-                self._sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
+                sent = self._send_unless_answered(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
             except OSError:
                 sent = False  # the service stopped reading (a refusal of a large body): its answer says why
             response = self._response()
@@ -456,9 +459,11 @@ class Connection:
             if body is not None:
                 try:
                     for chunk in body:
-                        if chunk:
-                            self._sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
-                    self._sock.sendall(b"0\r\n\r\n")
+                        if chunk and not self._send_unless_answered(b"%x\r\n" % len(chunk) + chunk + b"\r\n"):
+                            sent = False  # answered before the body was taken (a refusal): the answer says why
+                            break
+                    else:
+                        self._sock.sendall(b"0\r\n\r\n")
                 except OSError:
                     sent = False  # the service stopped reading (a refusal): its answer says why
                 except BaseException:
@@ -471,6 +476,28 @@ class Connection:
         response.reusable = response.reusable and sent
         self._last = response
         return response
+
+    def _send_unless_answered(self, data: bytes) -> bool:
+        """Send ``data``, unless the service answers first: False then (it refused the request before reading its
+        body, a missing session say, and stopped reading; sending on would block forever). As curl does."""
+        sock = self._sock
+        assert sock is not None
+        view = memoryview(data)
+        sock.setblocking(False)
+        try:
+            while view:
+                readable, writable, _ = select.select([sock], [sock], [], self._timeout)
+                if readable:
+                    return False
+                if not writable:
+                    raise TimeoutError(f"the service took no data for {self._timeout} s")
+                try:
+                    view = view[sock.send(view[:_SEND_SLICE_BYTES]) :]
+                except BlockingIOError:
+                    continue
+            return True
+        finally:
+            sock.settimeout(self._timeout)
 
     def _response(self) -> Response:
         line = self._reader.readline(_MAX_HEAD_BYTES)
