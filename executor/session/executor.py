@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from pathlib import Path
@@ -42,6 +44,8 @@ PoolMode = Literal["api", "service", "off"]
 service), or none."""
 
 _CLEANUP_BUDGET_S: Final = 10.0
+_NAME_LOCK_POLL_S: Final = 0.02
+"""How often a caller waiting for a session name's lock tries it again."""
 _T = TypeVar("_T")
 
 
@@ -196,9 +200,10 @@ class Executor:
                     with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
                         await self.backend.stop_session(info.id)
             return
-        info = await self.backend.open_session(
-            profile=chosen, profile_name=profile_name, name=name, owner=owner, idle_limit_s=_idle_choice(idle_s)
-        )
+        async with self._name_lock(name):
+            info = await self.backend.open_session(
+                profile=chosen, profile_name=profile_name, name=name, owner=owner, idle_limit_s=_idle_choice(idle_s)
+            )
         try:
             async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
                 yield session
@@ -229,26 +234,29 @@ class Executor:
             SessionUnhealthy: the session was found unresponsive earlier; stop it first.
         """
         policy: Policy | None = None
-        try:
-            info = await self.backend.find_session(id_or_name)
-            if info.stopped_named and owner_matches(info.owner, owner):
-                # Asked by name with create: recreated below, on its kept workspace. Else the caller is told how.
-                raise SessionNotRunning(info.not_running_message())
-        except SessionNotFound as exc:
-            if not create or (isinstance(exc, SessionNotRunning) and is_session_id(id_or_name)):
-                raise
-            if is_session_id(id_or_name):
-                # An id is never a name to start: a typo or a stopped session, not a request for a new one.
-                raise SessionNotFound(f"no session {id_or_name}; `executor session ls` lists them") from exc
-            profile_name, chosen = self._profile(profile, image)
-            policy = self._policy(chosen)  # fail before a container exists
-            info = await self.backend.open_session(
-                profile=chosen,
-                profile_name=profile_name,
-                name=id_or_name,
-                owner=owner,
-                idle_limit_s=_idle_choice(idle_s),
-            )
+        # By name, every process of the home finds (and with create, starts) the session under the name's lock: a
+        # session another caller is starting is waited for, never seen half made, and never started twice.
+        async with self._name_lock(None if is_session_id(id_or_name) else id_or_name):
+            try:
+                info = await self.backend.find_session(id_or_name)
+                if info.stopped_named and owner_matches(info.owner, owner):
+                    # Asked by name with create: recreated below, on its kept workspace. Else the caller is told how.
+                    raise SessionNotRunning(info.not_running_message())
+            except SessionNotFound as exc:
+                if not create or (isinstance(exc, SessionNotRunning) and is_session_id(id_or_name)):
+                    raise
+                if is_session_id(id_or_name):
+                    # An id is never a name to start: a typo or a stopped session, not a request for a new one.
+                    raise SessionNotFound(f"no session {id_or_name}; `executor session ls` lists them") from exc
+                profile_name, chosen = self._profile(profile, image)
+                policy = self._policy(chosen)  # fail before a container exists
+                info = await self.backend.open_session(
+                    profile=chosen,
+                    profile_name=profile_name,
+                    name=id_or_name,
+                    owner=owner,
+                    idle_limit_s=_idle_choice(idle_s),
+                )
         if not owner_matches(info.owner, owner):
             raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
         try:
@@ -271,9 +279,33 @@ class Executor:
             SessionNotFound: no such session (in this home, unless ``all_homes``), or another owner's.
         """
         info = await self.backend.find_session(id_or_name, all_homes=all_homes)
-        if not owner_matches(info.owner, owner):
-            raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
-        await self.backend.stop_session(info.id)
+        async with self._name_lock(info.name):
+            if info.name is not None:
+                info = await self.backend.find_session(info.id, all_homes=all_homes)  # as it is now, under the lock
+            if not owner_matches(info.owner, owner):
+                raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
+            await self.backend.stop_session(info.id)
+
+    @asynccontextmanager
+    async def _name_lock(self, name: str | None) -> AsyncIterator[None]:
+        """Hold this home's lock on a session name (shared by every process of the home: CLI calls, a service, an
+        MCP server) while a session by that name is found, started or stopped; nothing for None. Waits as long as
+        the holder's own bounded work (a start, a stop); a holder that dies drops the lock with it."""
+        if name is None:
+            yield
+            return
+        path = self.settings.home / "run" / f"name-{hashlib.sha256(name.encode()).hexdigest()[:32]}.lock"
+        fd = await trio.to_thread.run_sync(_open_lock_file, path)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await trio.sleep(_NAME_LOCK_POLL_S)
+            yield
+        finally:
+            os.close(fd)
 
     @asynccontextmanager
     async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
@@ -339,6 +371,11 @@ class Executor:
 
 def _idle_choice(idle_s: float | Literal["none"] | None) -> float | Literal["none", "default"]:
     return "default" if idle_s is None else idle_s
+
+
+def _open_lock_file(path: Path) -> int:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
 
 @asynccontextmanager

@@ -11,13 +11,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from executor.sandbox.docker.backend import home_identity
-from executor.testing.cli import cli, cli_env, named_session, serving
+from executor.testing.cli import Ran, cli, cli_env, named_session, serving
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -406,3 +407,37 @@ def home_containers(home: Path) -> list[str]:
         check=True,
     )
     return [line.split()[0] for line in found.stdout.splitlines() if len(line.split()) == 1]
+
+
+@pytest.mark.docker
+def test_concurrent_create_of_one_name_starts_one_session(either_home: Path) -> None:
+    """Callers racing to `--create` one name (several processes; a service among them when it runs) all run their
+    command in the one session that name gets, new or recreated on its kept workspace: never two containers for a
+    name, and never 'add --create' to a caller that said it (they were four containers and three errors)."""
+    home = either_home
+    in_process = {"EXECUTOR_SERVICE__SOCKET": str(home / "no-service.sock")}
+
+    def race(command: str) -> list[Ran]:
+        results: list[Ran] = []
+
+        def one(index: int) -> None:
+            results.append(
+                cli(home, "exec", "--session", name, "--create", "--", command, env=in_process if index % 2 else None)
+            )
+
+        threads = [threading.Thread(target=one, args=(index,)) for index in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return results
+
+    with named_session(home) as name:
+        first = race("echo kept > kept.txt; hostname")
+        assert [r.code for r in first] == [0] * 6, [r.stderr for r in first]
+        assert len({r.stdout for r in first}) == 1  # one container: one hostname
+        assert len(home_containers(home)) == 1
+        subprocess.run(["docker", "stop", "-t", "1", *home_containers(home)], check=True, timeout=60)
+        again = race("cat kept.txt")
+        assert [(r.code, r.stdout) for r in again] == [(0, "kept\n")] * 6, [r.stderr for r in again]
+        assert len(home_containers(home)) == 1
