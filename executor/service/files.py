@@ -15,7 +15,7 @@ import os
 import tempfile
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Final
 
@@ -23,9 +23,10 @@ import trio
 
 from executor.models import StdinFile
 
-__all__ = ["BodySpool", "Spool", "spooled_body", "unlinked_file"]
+__all__ = ["BodySpool", "Spool", "clear_spools", "spooled_body", "unlinked_file"]
 
 _READ_MAX: Final = 1024 * 1024
+_BODY_PREFIX: Final = "upload-"
 
 
 class Spool:
@@ -195,12 +196,22 @@ class BodySpool:
 def spooled_body(directory: Path, limit: int) -> Iterator[BodySpool]:
     """A private (0600) file under ``directory`` for one request body, removed on exit."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix="upload-", dir=directory)
+    fd, name = tempfile.mkstemp(prefix=_BODY_PREFIX, dir=directory)
     try:
         yield BodySpool(fd, Path(name), limit)
     finally:
         os.close(fd)
         Path(name).unlink(missing_ok=True)
+
+
+def clear_spools(directory: Path) -> None:
+    """Remove the request bodies a killed service left spooled under ``directory`` (:func:`spooled_body`'s files;
+    the other spools are unlinked from the start)."""
+    with suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(_BODY_PREFIX) and entry.is_file(follow_symlinks=False):
+                with suppress(OSError):
+                    Path(entry.path).unlink()
 
 
 def unlinked_file(directory: Path, *, prefix: str) -> int:

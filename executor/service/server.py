@@ -25,6 +25,7 @@ from executor.config import Settings
 from executor.errors import ConfigError, ExecutorError
 from executor.service.app import build_app
 from executor.service.core import Service, open_service
+from executor.service.files import clear_spools
 from executor.session import open_executor
 
 __all__ = ["no_tcp_tokens_error", "serve", "socket_path"]
@@ -99,6 +100,7 @@ async def serve(
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     _clear_stale(path)
+    clear_spools(settings.home / "tmp")  # one service per home: what is there, a killed one left
     config = hypercorn.config.Config()
     config.bind = [f"unix:{path}"]
     if svc.tcp:

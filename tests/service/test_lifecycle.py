@@ -328,3 +328,17 @@ def test_a_held_session_is_not_idle_while_another_process_runs_in_it(service_fac
             _poll(lambda: name not in {s.name for s in client.list_sessions() if s.state == "running"}, 60, "idle stop")
     finally:
         _stop_named(service, name)
+
+
+def test_a_restarted_service_removes_the_request_bodies_a_killed_one_left(service_factory: Any) -> None:
+    """An upload's body is spooled to a file under the home while it is gated; a service killed meanwhile leaves it,
+    and the next start removes it (other files there are not the service's to remove)."""
+    service: ServiceProcess = service_factory()
+    spools = service.home / "tmp"
+    spools.mkdir(parents=True)
+    left = spools / "upload-abc123"
+    left.write_bytes(b"x" * 1024)
+    other = spools / "notes.txt"
+    other.write_bytes(b"mine")
+    service.start()
+    assert not left.exists() and other.exists()
