@@ -720,6 +720,12 @@ class DockerBackend(Backend):
                 continue
             await self._remove(labels[LABEL_SESSION], graceful=False)
             removed.append(name)
+        # Every lease nobody holds any more goes, whether or not its pool's sessions were still there to say so (a
+        # killed service's pool sessions may have ended themselves already).
+        with suppress(OSError):
+            dead_leases.update(
+                lock.stem for lock in (self.settings.home / "pools").glob("*.lock") if self._lease_dead(lock.stem)
+            )
         for lease in dead_leases:
             with suppress(FileNotFoundError):
                 (self.settings.home / "pools" / f"{lease}.lock").unlink()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -161,3 +163,24 @@ async def test_each_home_sees_and_cleans_only_its_own_sessions(base_image: str, 
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(30):
                     await a.stop_session(info.id)
+
+
+async def test_gc_removes_the_lease_files_of_pools_whose_process_is_gone(backend_factory: Any) -> None:
+    """A warm pool's lease file outlives a killed service; gc removes it once nobody holds it, whether or not the
+    pool's sessions are still there to name it, and leaves a held one alone."""
+    async with backend_factory() as backend:
+        assert isinstance(backend, DockerBackend)
+        pools = backend.settings.home / "pools"
+        pools.mkdir(parents=True, exist_ok=True)
+        dead = pools / "0123456789abcdef.lock"
+        dead.touch()
+        held = pools / "fedcba9876543210.lock"
+        held.touch()
+        fd = os.open(held, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            await backend.gc()
+            assert not dead.exists()
+            assert held.exists()
+        finally:
+            os.close(fd)
