@@ -316,7 +316,12 @@ class _Api:
     async def create_session(self, request: Request) -> Response:
         body = await self.parse(request, SessionCreate)
         held = await self.service.create(
-            owner=self.owner(request), profile=body.profile, image=body.image, name=body.name, idle_s=body.idle_s
+            owner=self.owner(request),
+            profile=body.profile,
+            image=body.image,
+            name=body.name,
+            idle_s=body.idle_s,
+            throwaway=body.throwaway,
         )
         return _json(self.view(held, held.session.info), status=201)
 
@@ -415,7 +420,7 @@ class _Api:
                 async for item in live.items():
                     yield _chunk_line(*item) if isinstance(item, tuple) else _line(item)
             finally:
-                live.detach()  # a client gone mid-stream: the command goes on into its artifact
+                gone(live)
 
         async def frames() -> AsyncIterator[bytes]:
             # What is queued goes out as one body chunk: one join (the only copy of the bytes here) and one send
@@ -431,7 +436,14 @@ class _Api:
                             parts += (_FRAME_HEADER.pack(_EVENT_KIND, len(payload)), payload)
                     yield b"".join(parts)
             finally:
-                live.detach()
+                gone(live)
+
+        def gone(live: LiveStream) -> None:
+            # A client gone mid-stream: the command goes on into its artifact, unless its session was made for it.
+            ended = live.ended
+            live.detach()
+            if not ended:
+                self.service.abandoned(held)
 
         if _wants_frames(request):
             return _LiveResponse(live, frames(), media_type=EXEC_FRAMES)

@@ -217,6 +217,11 @@ class LiveStream:
         self._wake.set()
         self.begun.set()
 
+    @property
+    def ended(self) -> bool:
+        """Whether the final event (the command's result or error) was queued."""
+        return self._closed
+
     def detach(self) -> None:
         """The client is gone (or done): drop what is queued and everything after, and the spool file."""
         self.detached = True
@@ -413,6 +418,8 @@ class Held:
     """The scopes of the requests using the session now (:meth:`Service.using`)."""
     quiet: trio.Event = field(default_factory=trio.Event)
     """Set whenever nothing uses the session."""
+    throwaway: bool = False
+    """Made for one command: removed when an exec stream's client goes away before its command ends."""
 
     def __post_init__(self) -> None:
         self.quiet.set()
@@ -467,8 +474,10 @@ class Service:
         image: str | None,
         name: str | None,
         idle_s: float | str | None,
+        throwaway: bool = False,
     ) -> Held:
-        """Open a new session (named ones are kept running when the service stops)."""
+        """Open a new session (named ones are kept running when the service stops; a ``throwaway`` one goes with
+        the client of its command, see :meth:`abandoned`)."""
         self.check_open()
         stored: float | Literal["none"] | None = (
             None if idle_s is None else ("none" if idle_s == "none" else float(idle_s))
@@ -483,6 +492,7 @@ class Service:
             idle_s=stored,
         )
         held = await self._start_hold(opener, self._idle_limit(idle_s))
+        held.throwaway = throwaway
         if name is not None:
             # What the session stores (a recreated one keeps its own limit unless asked otherwise) is the limit.
             held.idle_limit_s = held.session.info.idle_limit_s
@@ -591,6 +601,18 @@ class Service:
         if not owns(info.owner, owner):
             raise _not_found(id_or_name)
         await self.executor.stop_session(info.id, owner=info.owner)
+
+    def abandoned(self, held: Held) -> None:
+        """The client of a command's stream went away before the command ended: a throwaway session goes with it
+        (removed in the background, which kills the command); any other session's command runs on into its
+        artifact."""
+        if held.throwaway and not held.stopping and self.held.get(held.session.id) is held:
+            self.spawn(partial(self._remove_abandoned, held))
+
+    async def _remove_abandoned(self, held: Held) -> None:
+        with suppress(ExecutorError):
+            await self.stop(held.session.id, held.session.owner)
+            logger.info("removed throwaway session %s: its client went away mid-command", held.session.id)
 
     @staticmethod
     async def _close_held(held: Held, *, cancel: bool = True) -> None:

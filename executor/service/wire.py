@@ -11,7 +11,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from executor.models import Base64Bytes, RunResult
 
@@ -92,12 +101,23 @@ class SessionCreate(_Wire):
     """Idle limit in seconds (``none``: no limit; unset: ``sessions.idle_s``, or for a named session whose stopped
     workspace this reuses, the limit it had). A named session stores it and keeps it across service restarts."""
 
+    throwaway: StrictBool = False
+    """A session for one command (what ``executor exec`` without ``--session`` makes): when the client of an exec
+    stream on it goes away before the command ends (killed, disconnected), the session is removed, which kills the
+    command. Unnamed sessions only."""
+
     @field_validator("idle_s")
     @classmethod
     def _positive(cls, value: float | str | None) -> float | str | None:
         if isinstance(value, float | int) and not 0 < value <= 365 * 86_400:
             raise ValueError("idle_s must be above 0 and at most a year, or 'none'")
         return value
+
+    @model_validator(mode="after")
+    def _unnamed_throwaway(self) -> SessionCreate:
+        if self.throwaway and self.name is not None:
+            raise ValueError("a throwaway session has no name (a named session outlives its commands)")
+        return self
 
 
 class SessionView(_Wire):

@@ -342,3 +342,27 @@ def test_a_restarted_service_removes_the_request_bodies_a_killed_one_left(servic
     other.write_bytes(b"mine")
     service.start()
     assert not left.exists() and other.exists()
+
+
+def test_a_killed_thin_exec_takes_its_throwaway_session_with_it(service_factory: Any) -> None:
+    """`executor exec` without --session over a service makes a session for that one command; SIGKILL of the CLI
+    (no clean-up of its own can run) ends the exec stream early, and the service removes the session, which kills
+    the command (it ran on, for the session's idle limit, before)."""
+    service: ServiceProcess = service_factory()
+    service.start()
+    with (
+        subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "exec", "--", "echo started; sleep 300"],
+            env=service.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        ) as proc,
+        service.client() as client,
+    ):
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"started\n"
+        assert client.health().running == 1 and len(client.list_sessions()) == 1
+        proc.kill()
+        proc.wait(30)
+        _poll(lambda: client.health().running == 0 and client.list_sessions() == [], 60, "the session to go")

@@ -311,10 +311,18 @@ class _Client:
         return view if isinstance(view, dict) else None
 
     def create(
-        self, *, name: str | None, profile: str | None, image: str | None, idle_s: float | str | None = None
+        self,
+        *,
+        name: str | None,
+        profile: str | None,
+        image: str | None,
+        idle_s: float | str | None = None,
+        throwaway: bool = False,
     ) -> dict[str, Any]:
         fields = (("name", name), ("profile", profile), ("image", image), ("idle_s", idle_s))
-        body = {key: value for key, value in fields if value is not None}
+        body: dict[str, Any] = {key: value for key, value in fields if value is not None}
+        if throwaway:
+            body["throwaway"] = True  # it goes with this client: killed mid-command, it leaves nothing running
         view = self.conn.call("POST", "/v1/sessions", body)
         assert isinstance(view, dict)
         return view
@@ -334,7 +342,9 @@ class _Client:
         """Run ``call(session)`` in ``--session`` (starting it with ``--create``), else in a throwaway session."""
         name = parsed.options.get("--session")
         if name is None:
-            view = self.create(name=None, profile=parsed.options.get("--profile"), image=parsed.options.get("--image"))
+            view = self.create(
+                name=None, profile=parsed.options.get("--profile"), image=parsed.options.get("--image"), throwaway=True
+            )
             try:
                 return call(str(view["id"]))
             finally:
