@@ -159,6 +159,7 @@ _PROGRAM = frozenset(
         "AR",
         "AS",
         "MAKE",
+        "MAKEFILES",
         "MAKEFLAGS",
         "MFLAGS",
         "GNUMAKEFLAGS",

@@ -20,6 +20,7 @@ from executor.gate.env import ENV_CLASSES, classify_env, risky_env, split_assign
         ("BASHOPTS", "shell"),
         ("IFS", "shell"),
         ("LD_PRELOAD", "loader"),
+        ("MAKEFILES", "program"),
         ("LD_LIBRARY_PATH", "loader"),
         ("LD_AUDIT", "loader"),
         ("GLIBC_TUNABLES", "loader"),
