@@ -831,10 +831,10 @@ class _NoAnswer(Response):
 
 
 def _guarded(
-    handler: Callable[[Request], Awaitable[Response]], *, drain_limit: int
+    handler: Callable[[Request], Awaitable[Response]], *, drain_limit: Callable[[], int]
 ) -> Callable[[Request], Awaitable[Response]]:
     """Answer ``handler``'s errors as JSON. A request refused before its body was read has the body read and dropped
-    first (up to ``drain_limit`` bytes; a refusal for size is not drained): a client that sends its whole body
+    first (up to ``drain_limit()`` bytes; a refusal for size is not drained): a client that sends its whole body
     before it reads the answer (most do) would otherwise block on a service that no longer reads."""
 
     async def guarded(request: Request) -> Response:
@@ -849,12 +849,12 @@ def _guarded(
             return await handler(request)
         except _HttpError as exc:
             if exc.status != 413:
-                await _drain(request, drain_limit)
+                await _drain(request, drain_limit())
             return _error(exc.status, exc.type, str(exc))
         except _HttpConflict as exc:
             return _json(exc.result, status=409)
         except ExecutorError as exc:
-            await _drain(request, drain_limit)
+            await _drain(request, drain_limit())
             return _error(_status_of(exc), public_name(exc), str(exc))
         except ClientDisconnect:
             # The client went away mid-request: nobody to answer, and an answer would race the server's own.
@@ -932,10 +932,9 @@ def build_app(service: Service, *, mcp: ASGIApp | None = None, settings_sha256: 
     """The service's ASGI app: ``/v1/...`` and, when given, the MCP endpoint at ``/mcp`` (``settings_sha256``: the
     digest of the settings file it runs with, told by ``/v1/health``)."""
     api = _Api(service, settings_sha256)
-    bodies = max(api.json_limit(), service.svc.max_request_bytes)
 
     def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        return _guarded(handler, drain_limit=bodies)
+        return _guarded(handler, drain_limit=lambda: max(api.json_limit(), api.svc.max_request_bytes))
 
     p = "/v1/sessions/{session}"
     routes = [

@@ -37,6 +37,7 @@ from executor.errors import (
     SessionStopped,
 )
 from executor.gate.approvals import ApprovalHandler, ApprovalRequest
+from executor.ids import is_session_id
 from executor.sandbox.usage import UsageMark, read_usage, usage_path
 from executor.service.files import unlinked_file
 from executor.service.wire import (
@@ -566,7 +567,10 @@ class Service:
 
     async def _attach(self, id_or_name: str, owner: str | None) -> Held:
         # One attach at a time: two first requests for one session must not hold it twice (attaches are rare).
-        async with self._attach_lock:
+        # By name, under the home's lock on it: a session another process is starting is waited for, not seen half
+        # made (a container still stopped, or gone for a moment, while it is recreated).
+        name = None if is_session_id(id_or_name) else id_or_name
+        async with self.executor.name_lock(name), self._attach_lock:
             held = self._find_held(id_or_name)
             if held is None:
                 self.check_open()

@@ -200,7 +200,7 @@ class Executor:
                     with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
                         await self.backend.stop_session(info.id)
             return
-        async with self._name_lock(name):
+        async with self.name_lock(name):
             info = await self.backend.open_session(
                 profile=chosen, profile_name=profile_name, name=name, owner=owner, idle_limit_s=_idle_choice(idle_s)
             )
@@ -236,7 +236,7 @@ class Executor:
         policy: Policy | None = None
         # By name, every process of the home finds (and with create, starts) the session under the name's lock: a
         # session another caller is starting is waited for, never seen half made, and never started twice.
-        async with self._name_lock(None if is_session_id(id_or_name) else id_or_name):
+        async with self.name_lock(None if is_session_id(id_or_name) else id_or_name):
             try:
                 info = await self.backend.find_session(id_or_name)
                 if info.stopped_named and owner_matches(info.owner, owner):
@@ -279,7 +279,7 @@ class Executor:
             SessionNotFound: no such session (in this home, unless ``all_homes``), or another owner's.
         """
         info = await self.backend.find_session(id_or_name, all_homes=all_homes)
-        async with self._name_lock(info.name):
+        async with self.name_lock(info.name):
             if info.name is not None:
                 info = await self.backend.find_session(info.id, all_homes=all_homes)  # as it is now, under the lock
             if not owner_matches(info.owner, owner):
@@ -287,7 +287,7 @@ class Executor:
             await self.backend.stop_session(info.id)
 
     @asynccontextmanager
-    async def _name_lock(self, name: str | None) -> AsyncIterator[None]:
+    async def name_lock(self, name: str | None) -> AsyncIterator[None]:
         """Hold this home's lock on a session name (shared by every process of the home: CLI calls, a service, an
         MCP server) while a session by that name is found, started or stopped; nothing for None. Waits as long as
         the holder's own bounded work (a start, a stop); a holder that dies drops the lock with it."""

@@ -122,9 +122,10 @@ def test_sigkill_leaves_nothing_running_and_named_sessions_come_back(service_fac
     """A SIGKILLed service's unnamed session stops by itself (the agent's orphan exit) and the restarted service's
     sweep removes its container and workspace (nothing is left on the engine); its named session is found again by
     its labels and still works."""
-    # The sweep every second, and an orphaned workspace old enough to go at once (300 s by default).
+    # The sweep every second, and an orphaned workspace old enough to go after 5 s (300 s by default; not 0, which
+    # would let the sweep take a container being created for one still in Created).
     service: ServiceProcess = service_factory(
-        agent__orphan_exit_s="2", sessions__idle_check_s="1", docker__gc_min_age_s="0"
+        agent__orphan_exit_s="2", sessions__idle_check_s="1", docker__gc_min_age_s="5"
     )
     service.start()
     name = new_name()
