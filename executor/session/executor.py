@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
-import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from pathlib import Path
@@ -31,6 +29,7 @@ from executor.journal import JournalWriter, interruption_journaler, load_journal
 from executor.journal.events import SessionClosed, SessionOpened
 from executor.sandbox.agent.client import AgentClient, open_agent_client
 from executor.sandbox.base import Backend, SessionInfo, open_backend
+from executor.sandbox.names import name_lock
 from executor.session.gating import Gatekeeper, owner_matches
 from executor.session.output import OutputTools
 from executor.session.pool import PoolStats, WarmPool
@@ -44,8 +43,6 @@ PoolMode = Literal["api", "service", "off"]
 service), or none."""
 
 _CLEANUP_BUDGET_S: Final = 10.0
-_NAME_LOCK_POLL_S: Final = 0.02
-"""How often a caller waiting for a session name's lock tries it again."""
 _T = TypeVar("_T")
 
 
@@ -288,24 +285,10 @@ class Executor:
 
     @asynccontextmanager
     async def name_lock(self, name: str | None) -> AsyncIterator[None]:
-        """Hold this home's lock on a session name (shared by every process of the home: CLI calls, a service, an
-        MCP server) while a session by that name is found, started or stopped; nothing for None. Waits as long as
-        the holder's own bounded work (a start, a stop); a holder that dies drops the lock with it."""
-        if name is None:
+        """Hold this home's lock on a session name (see :mod:`executor.sandbox.names`) for the block; nothing for
+        None. Waits as long as the holder's own bounded work (a start, a stop)."""
+        async with name_lock(self.settings.home, name):
             yield
-            return
-        path = self.settings.home / "run" / f"name-{hashlib.sha256(name.encode()).hexdigest()[:32]}.lock"
-        fd = await trio.to_thread.run_sync(_open_lock_file, path)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    await trio.sleep(_NAME_LOCK_POLL_S)
-            yield
-        finally:
-            os.close(fd)
 
     @asynccontextmanager
     async def _connect(self, info: SessionInfo, profile: Profile, policy: Policy) -> AsyncIterator[Session]:
@@ -371,11 +354,6 @@ class Executor:
 
 def _idle_choice(idle_s: float | Literal["none"] | None) -> float | Literal["none", "default"]:
     return "default" if idle_s is None else idle_s
-
-
-def _open_lock_file(path: Path) -> int:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
 
 @asynccontextmanager

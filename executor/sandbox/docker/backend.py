@@ -57,6 +57,7 @@ from executor.sandbox.docker.hardening import (
     volume_name,
 )
 from executor.sandbox.docker.images import current_image_id, ensure_agent_image, ensure_image
+from executor.sandbox.names import name_lock
 from executor.sandbox.usage import Usage, read_usage, usage_path
 
 __all__ = ["DockerBackend", "home_identity"]
@@ -701,9 +702,15 @@ class DockerBackend(Backend):
                 live.add(session_id)
                 continue
             # A named session's container that merely stopped (a dockerd restart does that) goes; its data stays
-            # until someone stops that session.
-            named = bool(labels.get(LABEL_NAME))
-            await self._remove(session_id, graceful=False, keep_volume=named)
+            # until someone stops that session. Not while another process holds its name: it may be recreating
+            # that very session (same id, same container name) right now.
+            named = labels.get(LABEL_NAME) or None
+            async with name_lock(self.settings.home, named, wait=False) as ours:
+                current = await self._state(session_id) if named and ours else None
+                if not ours or (current is not None and current.get("Status") not in ("exited", "dead")):
+                    live.add(session_id)  # being recreated, or recreated since the listing: not a leftover
+                    continue
+                await self._remove(session_id, graceful=False, keep_volume=named is not None)
             removed.append(container_name(session_id))
             (kept if named else removed).append(volume_name(session_id))
         for volume in await self._volumes(all_homes=all_homes):

@@ -16,6 +16,7 @@ from executor.errors import EngineError, SandboxLost, SessionNotFound
 from executor.ids import new_session_id
 from executor.sandbox.docker import DockerBackend
 from executor.sandbox.docker.hardening import container_name, volume_name
+from executor.sandbox.names import name_lock
 
 pytestmark = pytest.mark.docker
 
@@ -104,10 +105,15 @@ async def test_gc_keeps_a_stopped_named_sessions_workspace_and_the_name_recreate
                 await _sh(backend, named.container_id, "echo precious > /workspace/keep.txt")
                 for info in (named, unnamed):
                     await trio.to_thread.run_sync(partial(api.stop, info.container_id, timeout=1))
+                # While another process holds the name (it may be recreating that very session), gc leaves it.
+                async with name_lock(backend.settings.home, name):
+                    report = await backend.gc()
+                assert container_name(named.id) not in report.removed
+                assert (await backend.find_session(named.id)).container_id == named.container_id
+                assert {container_name(unnamed.id), volume_name(unnamed.id)} <= set(report.removed)
                 report = await backend.gc()
                 assert container_name(named.id) in report.removed
                 assert volume_name(named.id) in report.kept and volume_name(named.id) not in report.removed
-                assert {container_name(unnamed.id), volume_name(unnamed.id)} <= set(report.removed)
                 assert await _volume_exists(backend, volume_name(named.id))
                 assert not await _volume_exists(backend, volume_name(unnamed.id))
                 (listed,) = [s for s in await backend.list_sessions(owner="t-gc") if s.name == name]
