@@ -292,10 +292,7 @@ def credential_redactor(*, key_block_open: bool = False) -> Callable[[str], str]
     """A function that redacts credentials from consecutive texts of one stream (whole lines, in order), as the
     sanitizer does, carrying an open private key block from one text to the next (``key_block_open``: one is open
     before the first text)."""
-    redactor = _Redactor()
-    redactor.in_pem = key_block_open
-
-    return redactor.text
+    return _Redactor(in_pem=key_block_open).text
 
 
 def key_block_open(lines: Sequence[str]) -> bool:
@@ -309,16 +306,15 @@ def key_block_open(lines: Sequence[str]) -> bool:
 
 def key_body(line: str, *, block_open: bool) -> bool:
     """Whether ``line`` is redacted as private key material when a key block is (``block_open``) open before it."""
-    redactor = _Redactor()
-    redactor.in_pem = block_open
-    return redactor.pem(line) != line
+    return _Redactor(in_pem=block_open).pem(line) != line
 
 
 class _Redactor:
     """Redacts credential-shaped strings; a private key block spans lines."""
 
-    def __init__(self) -> None:
-        self.in_pem = False
+    def __init__(self, *, in_pem: bool = False) -> None:
+        self.in_pem = in_pem
+        """Inside a private key block (``in_pem`` at start: one opened before the first text)."""
         self.kinds: Counter[str] = Counter()
 
     def text(self, text: str) -> str:

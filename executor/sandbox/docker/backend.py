@@ -686,7 +686,12 @@ class DockerBackend(Backend):
         min_age = self.settings.docker.gc_min_age_s
         now = _now()
         live: set[str] = set()
+        # The warm pools' leases nobody holds any more (their process is gone): their unclaimed sessions go below,
+        # and their lock files at the end, whether or not any of their sessions is still there to name them.
+        pools = self.settings.home / "pools"
         dead_leases: set[str] = set()
+        with suppress(OSError):
+            dead_leases = {lock.stem for lock in pools.glob("*.lock") if self._lease_dead(lock.stem)}
         for row in await self._rows(all_homes=all_homes):
             labels: dict[str, str] = row["Labels"]
             session_id = labels[LABEL_SESSION]
@@ -694,10 +699,9 @@ class DockerBackend(Backend):
             age = (now - _parse_created(labels.get(LABEL_CREATED))).total_seconds()
             reap = state in ("exited", "dead") or (state == "created" and age >= min_age)
             lease = labels.get(LABEL_POOL, "")
-            if not reap and lease and self._read_claim(session_id) is None and self._lease_dead(lease):
+            if not reap and lease in dead_leases and self._read_claim(session_id) is None:
                 # A warm pool's unclaimed session whose process is gone: nobody will ever claim it.
                 reap = True
-                dead_leases.add(lease)
             if not reap:
                 live.add(session_id)
                 continue
@@ -727,15 +731,9 @@ class DockerBackend(Backend):
                 continue
             await self._remove(labels[LABEL_SESSION], graceful=False)
             removed.append(name)
-        # Every lease nobody holds any more goes, whether or not its pool's sessions were still there to say so (a
-        # killed service's pool sessions may have ended themselves already).
-        with suppress(OSError):
-            dead_leases.update(
-                lock.stem for lock in (self.settings.home / "pools").glob("*.lock") if self._lease_dead(lock.stem)
-            )
         for lease in dead_leases:
             with suppress(FileNotFoundError):
-                (self.settings.home / "pools" / f"{lease}.lock").unlink()
+                (pools / f"{lease}.lock").unlink()
         return GcReport(removed=tuple(removed), kept=tuple(kept), idle_stopped=idle.idle_stopped)
 
     async def aclose(self) -> None:
