@@ -401,6 +401,9 @@ class ArtifactSettings(_Section):
     """Lines one ``read_output`` page holds at most when the caller gives no ``line_count``."""
     journal_mode: Literal["wal", "delete", "truncate"] = "wal"
     """SQLite journal mode of the index; ``delete``/``truncate`` where WAL's shared memory does not work."""
+    busy_timeout_s: float = Field(10.0, gt=0, le=600)
+    """How long an index operation waits for another process's lock on the index (or its first set-up) before it
+    fails, in seconds."""
     sqlite_synchronous: Literal["normal", "full"] = "normal"
     """SQLite ``synchronous`` level of the index: ``normal`` (safe from corruption under WAL; a power cut can lose
     the last commits, like the unsynced stream files) or ``full`` (an fsync per commit)."""

@@ -6,6 +6,7 @@ Layout::
     $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>        the kept bytes
     $EXECUTOR_HOME/sessions/<session-id>/artifacts/<artifact-id>/<stream>.idx    sparse line index
     $EXECUTOR_HOME/owners/<token>                          held (flock) by each process while it has captures
+    $EXECUTOR_HOME/artifacts.setup.lock                    held (flock) while a process sets its connection up
 
 Files are made on a stream's first byte (see :mod:`executor.artifacts.capture`): an artifact whose streams stayed
 empty has no folder, and every reader takes a stream of 0 stored bytes from its index row alone.
@@ -23,6 +24,7 @@ Everything here is synchronous file and SQLite IO on the caller's thread, except
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -164,6 +166,59 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+_SETUP_LOCK = "artifacts.setup.lock"
+"""Held (``flock``) while a process sets its connection up: the first opens of a new index by several processes
+at once would otherwise race to switch it to WAL and make its tables, and SQLite answers the loser of that race
+"database is locked" at once, without waiting (two readers both upgrading to writers)."""
+_SETUP_POLL_S = 0.005
+"""How often an open waiting for another process's set-up tries the lock again."""
+
+
+@contextmanager
+def _setup_lock(home: Path, timeout_s: float) -> Iterator[None]:
+    """Hold ``home``'s index set-up lock for the block, waiting at most ``timeout_s`` for it.
+
+    Raises:
+        ArtifactError: another process held it for ``timeout_s`` (stopped or stuck while opening the index).
+    """
+    path = home / _SETUP_LOCK
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot open the index's set-up lock ({exc.strerror or exc})") from exc
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ArtifactError(
+                        f"{path}: another process has been opening the artifact index for {timeout_s:g} s; "
+                        "find it (fuser) and end it, or raise artifacts.busy_timeout_s"
+                    ) from None
+                time.sleep(_SETUP_POLL_S)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _set_up(conn: sqlite3.Connection, path: Path, settings: ArtifactSettings) -> None:
+    """Put a new connection in the configured modes and the index at the current schema."""
+    conn.execute(f"PRAGMA busy_timeout = {round(settings.busy_timeout_s * 1000)}")
+    mode = conn.execute(f"PRAGMA journal_mode = {settings.journal_mode.upper()}").fetchone()[0]
+    if str(mode).lower() != settings.journal_mode:
+        raise ArtifactError(
+            f"{path}: SQLite refused journal mode {settings.journal_mode!r} (got {mode!r}); "
+            "set artifacts.journal_mode to 'delete' or 'truncate' on this filesystem"
+        )
+    conn.execute(f"PRAGMA synchronous = {settings.sqlite_synchronous.upper()}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.executescript(_SCHEMA)
+    _migrate(conn)
 
 
 _FINISHED_MEMO_ENTRIES = 16
@@ -345,21 +400,18 @@ class ArtifactStore:
         (home / "sessions").mkdir(exist_ok=True, mode=0o700)
         path = home / "artifacts.sqlite3"
         try:
-            conn = sqlite3.connect(path, isolation_level=None, timeout=10.0)
-            conn.execute("PRAGMA busy_timeout = 10000")
-            mode = conn.execute(f"PRAGMA journal_mode = {settings.journal_mode.upper()}").fetchone()[0]
-            if str(mode).lower() != settings.journal_mode:
-                conn.close()
-                raise ArtifactError(
-                    f"{path}: SQLite refused journal mode {settings.journal_mode!r} (got {mode!r}); "
-                    "set artifacts.journal_mode to 'delete' or 'truncate' on this filesystem"
-                )
-            conn.execute(f"PRAGMA synchronous = {settings.sqlite_synchronous.upper()}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.executescript(_SCHEMA)
-            _migrate(conn)
+            conn = sqlite3.connect(path, isolation_level=None, timeout=settings.busy_timeout_s)
         except sqlite3.Error as exc:
             raise ArtifactError(f"{path}: cannot open the artifact index: {exc}") from exc
+        try:
+            with _setup_lock(home, settings.busy_timeout_s):
+                _set_up(conn, path, settings)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise ArtifactError(f"{path}: cannot open the artifact index: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
         store = cls(home, settings, conn, clock)
         try:
             store._purge_tombstones()

@@ -17,7 +17,7 @@ def test_defaults() -> None:
     assert (a.capture_max_bytes, a.display_max_chars, a.view_head_lines, a.read_page_lines) == (256_000, 8_000, 10, 200)
     assert (a.journal_mode, a.session_max_bytes, a.session_max_artifacts) == ("wal", 512 * 1024**2, 10_000)
     assert (a.tombstone_horizon_s, a.search_timeout_s, a.scan_max_chars) == (7 * 86_400.0, 1.0, 1_000_000)
-    assert (a.line_ceiling_chars, a.pattern_max_chars) == (16_000_000, 1_000)
+    assert (a.line_ceiling_chars, a.pattern_max_chars, a.busy_timeout_s) == (16_000_000, 1_000, 10.0)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +35,8 @@ def test_defaults() -> None:
         ("scan_max_chars", 10),
         ("line_ceiling_chars", 10),
         ("pattern_max_chars", 0),
+        ("busy_timeout_s", 0),
+        ("busy_timeout_s", 601),
     ],
 )
 def test_bad_values_are_rejected_at_load(field: str, value: Any) -> None:

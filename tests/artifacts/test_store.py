@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import json
+import multiprocessing
 import os
 import sqlite3
+import threading
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -253,3 +256,40 @@ def test_a_home_where_no_owner_file_can_be_made_refuses_captures_with_an_artifac
         with pytest.raises(ArtifactError, match=r"owners: cannot make this process's owner file"):
             session.begin(kind="bash", streams=("stdout",))
         assert session.artifacts() == []
+
+
+def _open_at(home: Path, start: Any) -> None:
+    start.wait()
+    ArtifactStore.open(home, artifact_settings()).close()
+
+
+def test_first_opens_of_a_new_index_at_once_all_succeed(tmp_path: Path) -> None:
+    """Processes opening one new home at the same moment all get the index (SQLite refuses the losers of the
+    switch to WAL at once, without waiting, unless the set-up is serialised)."""
+    forks = multiprocessing.get_context("fork")
+    exit_codes: list[int | None] = []
+    for trial in range(16):
+        start = forks.Barrier(3)
+        openers = [forks.Process(target=_open_at, args=(tmp_path / f"home-{trial}", start)) for _ in range(3)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(timeout=60)
+            exit_codes.append(opener.exitcode)
+    assert exit_codes == [0] * len(exit_codes)
+
+
+def test_an_open_waits_for_another_set_up_at_most_busy_timeout_s(home: Path) -> None:
+    """An open waits for another process's set-up of the index, and past artifacts.busy_timeout_s says so."""
+    ArtifactStore.open(home, artifact_settings()).close()
+    holder = os.open(home / "artifacts.setup.lock", os.O_RDWR)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(ArtifactError, match=r"artifacts\.busy_timeout_s"):
+            ArtifactStore.open(home, artifact_settings(busy_timeout_s=0.2))
+        release = threading.Timer(0.3, fcntl.flock, (holder, fcntl.LOCK_UN))
+        release.start()
+        ArtifactStore.open(home, artifact_settings(busy_timeout_s=5)).close()
+        release.join()
+    finally:
+        os.close(holder)
