@@ -60,6 +60,7 @@ __all__ = [
     "judged_view",
     "key_block_open",
     "key_body",
+    "redact_window",
     "sanitize",
     "sanitize_request_for",
 ]
@@ -264,17 +265,23 @@ _CREDENTIALS: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     ),
     ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
     ("api_key", re.compile(r"\bsk-(?=[A-Za-z0-9_-]{0,512}\d)[A-Za-z0-9_-]{20,512}"), ("sk-",)),
-    ("bearer_token", re.compile(r"(?i)\b(?P<keep>bearer[ \t]+)(?!\[REDACTED)[A-Za-z0-9._~+/-]{12,}=*"), ("bearer",)),
+    (
+        "bearer_token",
+        re.compile(r"(?i)\b(?P<keep>bearer[ \t]+)(?!\[REDACTED|[\ud800-\ud80f])[A-Za-z0-9._~+/-]{12,}=*"),
+        ("bearer",),
+    ),
     (
         "url_password",
-        re.compile(r"(?i)\b(?P<keep>[a-z][a-z0-9+.-]{0,30}://[^\s:/@]{1,256}:)(?!\[REDACTED)[^\s@/]{1,256}(?=@)"),
+        re.compile(
+            r"(?i)\b(?P<keep>[a-z][a-z0-9+.-]{0,30}://[^\s:/@]{1,256}:)(?!\[REDACTED|[\ud800-\ud80f])[^\s@/]{1,256}(?=@)"
+        ),
         ("://",),
     ),
     (
         "secret_value",
         re.compile(
             r"(?i)(?P<keep>" + _KEY_WORDS + r"(?:[_-][\w-]{0,64})?[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?)"
-            r"(?!\[REDACTED)[^\s\"',;]{6,}"
+            r"(?!\[REDACTED|[\ud800-\ud80f])[^\s\"',;]{6,}"
         ),
         ("password", "secret", "token", "api", "access", "private", "credential"),
     ),
@@ -309,13 +316,45 @@ def key_body(line: str, *, block_open: bool) -> bool:
     return _Redactor(in_pem=block_open).pem(line) != line
 
 
-class _Redactor:
-    """Redacts credential-shaped strings; a private key block spans lines."""
+def redact_window(before: str, shown: str, after: str, *, key_block_open: bool = False) -> str:
+    """``shown``, a part of a stream cut out of its lines, redacted as the whole lines around it would be.
 
-    def __init__(self, *, in_pem: bool = False) -> None:
+    ``before`` is the stream's text right before ``shown`` (from a line start, where a private key block is open
+    when ``key_block_open``), ``after`` its text right after. A credential or a key line that an edge of the window
+    cuts (a page that starts or ends inside a line, a byte range) is hidden in the part shown: redacting the part
+    alone would find nothing in ``IOSFODNN7EXAMPLE`` or in the value of a ``password=`` whose name is cut off.
+    """
+    if not shown:
+        return shown
+    masked = _Redactor(in_pem=key_block_open, mask=True).text(before + shown + after)
+    window = masked[len(before) : len(before) + len(shown)]
+    return _MASKED_RUN.sub(lambda run: f"[REDACTED:{_MASK_KINDS[ord(run.group()[0]) - _MASK_BASE]}]", window)
+
+
+_MASK_KINDS = (*(kind for kind, _, _ in _CREDENTIALS), "private_key")
+_MASK_BASE = 0xD800
+"""A masked character is a lone high surrogate, one per kind: decoding never makes one (``surrogateescape`` makes
+only low ones), so a stream cannot forge a mask."""
+_MASKED_RUN = re.compile("|".join(f"{chr(_MASK_BASE + i)}+" for i in range(len(_MASK_KINDS))))
+
+
+class _Redactor:
+    """Redacts credential-shaped strings; a private key block spans lines.
+
+    With ``mask``, each hidden character becomes its kind's mask character instead (see :func:`redact_window`), so
+    the text keeps its length and a window of it can be cut out after redaction.
+    """
+
+    def __init__(self, *, in_pem: bool = False, mask: bool = False) -> None:
         self.in_pem = in_pem
         """Inside a private key block (``in_pem`` at start: one opened before the first text)."""
         self.kinds: Counter[str] = Counter()
+        self._mask = mask
+
+    def _hidden(self, secret: str, kind: str) -> str:
+        if self._mask:
+            return chr(_MASK_BASE + _MASK_KINDS.index(kind)) * len(secret)
+        return f"[REDACTED:{kind}]"
 
     def text(self, text: str) -> str:
         # No credential pattern crosses a newline, so whole-text substitution keeps lines one for one. A key block
@@ -336,7 +375,7 @@ class _Redactor:
     def _hit(self, match: re.Match[str], *, kind: str) -> str:
         self.kinds[kind] += 1
         keep = match.groupdict().get("keep") or ""
-        return f"{keep}[REDACTED:{kind}]"
+        return keep + self._hidden(match.group()[len(keep) :], kind)
 
     def pem(self, line: str) -> str:
         """One line through the private key block state machine (redacted when it is key material)."""
@@ -347,7 +386,8 @@ class _Redactor:
                 return line
             body = _PEM_BODY.match(line)
             if body is not None:
-                return f"{body.group('keep')}[REDACTED:private_key]"
+                keep = body.group("keep")
+                return keep + self._hidden(line[len(keep) :], "private_key")
             if line.strip():
                 # Not key material: the block is over, so nothing after a forged BEGIN line is hidden.
                 self.in_pem = False
@@ -360,10 +400,10 @@ class _Redactor:
         end = _PEM_END.search(rest)
         if end is not None:
             # A whole key on one line (a JSON string with \n escapes): keep both armour lines.
-            return f"{line[: begin.end()]}[REDACTED:private_key]{rest[end.start() :]}"
+            return f"{line[: begin.end()]}{self._hidden(rest[: end.start()], 'private_key')}{rest[end.start() :]}"
         self.in_pem = True
         if rest.strip():
-            return f"{line[: begin.end()]}[REDACTED:private_key]"
+            return f"{line[: begin.end()]}{self._hidden(rest, 'private_key')}"
         return line
 
 

@@ -7,7 +7,7 @@ module-level functions are pure: a run's header, its orphans note and its outcom
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final, Literal
@@ -31,6 +31,7 @@ from executor.focus.sanitize import (
     judged_view,
     key_block_open,
     key_body,
+    redact_window,
     sanitize_request_for,
 )
 from executor.journal.events import FocusDecision, SectionManifest
@@ -41,11 +42,15 @@ from executor.session.gating import Gatekeeper
 __all__ = ["Views", "orphans_note", "outcome_of", "run_header"]
 
 _RAW_MAX_LINES: Final = 100_000
+"""Most lines of a raw stream a result carries (the display budget usually binds first)."""
 _KEY_LOOKBACK_LINES: Final = 512
 """How far back a page or hit looks for the BEGIN line of a private key block it may be inside (a 16384-bit RSA
 key is about 200 lines)."""
 _KEY_LOOKBACK_CHARS: Final = 256 * 1024
-"""Most lines of a raw stream a result carries (the display budget usually binds first)."""
+"""Most characters a page or hit reads back looking for that BEGIN line."""
+_EDGE_CONTEXT_BYTES: Final = 4096
+"""How much of a line cut by a page's edge its redaction reads on the other side of the edge (a credential the
+redactor knows is shorter)."""
 
 
 def outcome_of(result: RunResult) -> Outcome:
@@ -201,17 +206,75 @@ class Views:
     def read_page(self, page: ReadPage) -> str:
         """A ``read_output`` page as text (raw; the caller sanitizes it).
 
-        A page that starts inside a private key block (its BEGIN line is on an earlier page) has the block's lines
-        redacted here: the sanitizer, which sees only this page, could not know they are key material.
+        What the sanitizer, which sees only this page, cannot know is redacted here: the lines of a private key
+        block whose BEGIN line is on an earlier page, and a credential that the page's edge cuts inside a line (a
+        byte-range page of a long line: its part on this page no longer looks like one).
         """
-        if page.start_line > 1 and page.start_byte_in_line is None and page.data:
-            lines = page.data.decode("utf-8", "replace").split("\n")
-            if key_body(lines[0], block_open=True) and self._key_block_open_before(
-                page.artifact_id, page.stream, page.start_line
-            ):
-                redacted = credential_redactor(key_block_open=True)("\n".join(lines))
+        if page.data and self._settings.focus.redact_credentials:
+            text = page.data.decode("utf-8", "replace")
+            before, after = self._cut_line_context(page)
+            first = (before + text).split("\n", 1)[0]
+            block_open = (
+                page.start_line > 1
+                and key_body(first, block_open=True)
+                and self._key_block_open_before(page.artifact_id, page.stream, page.start_line)
+            )
+            redacted = redact_window(before, text, after, key_block_open=block_open)
+            if redacted != text:
                 page = page.model_copy(update={"data": redacted.encode("utf-8")})
         return render_read_page(page, hints=self.hints)
+
+    def _cut_line_context(self, page: ReadPage) -> tuple[str, str]:
+        """The text of the page's first line before the page (when the page starts inside it) and of its last line
+        after the page (when the page ends inside it), each at most ``_EDGE_CONTEXT_BYTES``."""
+        before = after = ""
+        if page.start_byte_in_line:
+            first = max(0, page.start_byte_in_line - _EDGE_CONTEXT_BYTES)
+            head = self._artifacts.read_output(
+                page.artifact_id,
+                stream=page.stream,
+                start_line=page.start_line,
+                start_byte_in_line=first,
+                line_count=1,
+                budget_chars=_EDGE_CONTEXT_BYTES,
+            )
+            before = head.data[: page.start_byte_in_line - first].decode("utf-8", "replace")
+        if page.next_start_line is not None and page.next_start_byte_in_line:
+            tail = self._artifacts.read_output(
+                page.artifact_id,
+                stream=page.stream,
+                start_line=page.next_start_line,
+                start_byte_in_line=page.next_start_byte_in_line,
+                line_count=1,
+                budget_chars=_EDGE_CONTEXT_BYTES,
+            )
+            after = tail.data.decode("utf-8", "replace").split("\n", 1)[0]
+        return before, after
+
+    async def byte_window(
+        self, data: bytes, *, offset: int, first_kept: int, end: int, read: Callable[[int, int], Awaitable[bytes]]
+    ) -> str:
+        """Bytes ``offset..offset+len(data)`` of a stream (``first_kept..end`` readable with ``read(offset, count)``)
+        as text (raw; the caller sanitizes it), with what their edges cut redacted: a credential whose other part
+        is outside the range, and the lines of a private key block that began before it (a ``bg read`` page)."""
+        text = data.decode("utf-8", "surrogateescape")
+        if not text or not self._settings.focus.redact_credentials:
+            return text
+        before = after = ""
+        if offset > first_kept:
+            start = max(first_kept, offset - _EDGE_CONTEXT_BYTES)
+            before = (await read(start, offset - start)).decode("utf-8", "surrogateescape").rsplit("\n", 1)[-1]
+        block_open = False
+        if offset > first_kept and key_body((before + text).split("\n", 1)[0], block_open=True):
+            start = max(first_kept, offset - _KEY_LOOKBACK_CHARS)
+            lines = (await read(start, offset - start)).decode("utf-8", "surrogateescape").split("\n")
+            # The line the range starts in is ``before``; the first line read back is cut unless it is the first.
+            block_open = key_block_open(lines[0 if start == 0 else 1 : -1])
+        stop = offset + len(data)
+        if stop < end and not text.endswith("\n"):
+            after = (await read(stop, min(end - stop, _EDGE_CONTEXT_BYTES))).decode("utf-8", "surrogateescape")
+            after = after.split("\n", 1)[0]
+        return redact_window(before, text, after, key_block_open=block_open)
 
     def search_page(self, page: SearchPage) -> str:
         """A ``search_output`` page as text (raw; the caller sanitizes it)."""
@@ -280,6 +343,10 @@ class Views:
                 fallback = True
                 continue
             text = self._stream_text(artifact_id, stream)
+            if settings.focus.redact_credentials:
+                # Sections are cut from the whole stream, so one can start inside a private key block; the
+                # sanitizer, which sees only the sections shown, could not know its lines are key material.
+                text = credential_redactor()(text)
             manifest = split_sections(text, max_sections=settings.focus.max_sections)
             request = build_focus_request(
                 manifest,

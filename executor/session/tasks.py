@@ -215,7 +215,25 @@ class BackgroundTasks:
         await self._settle_tasks()
         record = self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
-        raw = chunk.data.decode("utf-8", "surrogateescape")
+
+        async def read(start: int, count: int) -> bytes:
+            # Bytes start..start+count, or the part of them the ring still holds (it may have dropped the first
+            # since), over as many frames as they take.
+            parts: list[bytes] = []
+            position, stop = start, start + count
+            while position < stop:
+                back = await self._client.read_task(task_id, stream, position, stop - position)
+                if not back.data or back.offset >= stop:
+                    break
+                if back.offset > position:
+                    parts.clear()
+                parts.append(back.data[: stop - back.offset])
+                position = back.offset + len(parts[-1])
+            return b"".join(parts)
+
+        raw = await self._views.byte_window(
+            chunk.data, offset=chunk.offset, first_kept=chunk.start, end=chunk.end, read=read
+        )
         state = "running" if chunk.running else f"finished ({chunk.result.cause if chunk.result else 'unknown'})"
         shown = f"bytes {chunk.offset}-{chunk.offset + len(chunk.data)} of {chunk.end}"
         header = f"[task {task_id} {stream} {shown}; {state}"

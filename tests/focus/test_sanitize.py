@@ -16,9 +16,11 @@ from executor.focus.sanitize import (
     SANITIZE_TABLE,
     UNTRUSTED_MARKER,
     build_sanitize_request,
+    credential_redactor,
     flagged_lines,
     instruction_lines,
     judged_view,
+    redact_window,
     sanitize,
 )
 from executor.testing.injection import INJECTION_CORPUS, InjectionCase
@@ -331,3 +333,19 @@ def test_adversarial_text_is_sanitized_whole(raw: str) -> None:
     (their time is measured by ``just bench``, tests/benchmarks/bench_pure.py)."""
     view = sanitize(raw, redact_credentials=True)
     assert view.text.count("\n") == raw.count("\n") and "\x1b" not in view.text
+
+
+def test_a_window_cut_out_of_a_line_hides_the_part_of_each_secret_it_shows() -> None:
+    """Wherever a window's edges cut a line, it shows no six characters of a secret the whole line hides, and a
+    window that cuts nothing is redacted as the whole text is."""
+    secrets = ("AKIAIOSFODNN7EXAMPLE", "hunter2hunter2", "abcdefghijklmnopqrstu")
+    line = f"id {secrets[0]} then password={secrets[1]}; Authorization: Bearer {secrets[2]} end"
+    for start in range(len(line)):
+        for stop in range(start + 1, len(line) + 1):
+            shown = redact_window(line[:start], line[start:stop], line[stop:])
+            for secret in secrets:
+                assert not any(secret[i : i + 6] in shown for i in range(len(secret) - 5)), (start, stop, shown)
+    assert redact_window("", line, "") == credential_redactor()(line)
+    assert redact_window("b3Blbn", "NzaC1rZXktdjEAAAAA\nok\n", "", key_block_open=True) == (
+        "[REDACTED:private_key]\nok\n"
+    )

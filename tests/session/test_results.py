@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
-from executor.config import Settings
+from executor.config import Settings, load_settings
 from executor.errors import ArtifactNotFound, ExecutorError
 from executor.session import open_executor
 
@@ -61,6 +62,12 @@ async def test_results_carry_raw_streams_task_ids_and_write_outcomes(engine_sett
         assert "nothing was written" in missing.text
 
 
+_KEY_TEXT = (
+    "before\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+    "QyNTUxOQAAACB0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdAAAAJg=\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
 _KEY_OUTPUT = (
     "printf 'before\\n-----BEGIN OPENSSH PRIVATE KEY-----\\n"
     "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\\n"
@@ -99,3 +106,73 @@ async def test_redacted_secrets_stay_hidden_from_read_pages_and_search_hits(engi
         assert (inside.data or {})["matches"] == []  # a search that starts inside the key block knows it is in one
         for visible in ("before", r"\bhere\b", "there", "BEGIN OPENSSH", "^key "):
             assert await hits(visible) == 1, visible
+
+
+_AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+_PASSWORD = "hunter2hunter2"
+_LONG_LINE = f"{'x' * 300} {_AWS_KEY} {'y' * 300} password={_PASSWORD} {'z' * 300}"
+
+
+def _shows_part_of(text: str, secret: str) -> bool:
+    """Whether ``text`` holds six or more consecutive characters of ``secret``."""
+    return any(secret[i : i + 6] in text for i in range(len(secret) - 5))
+
+
+async def test_a_secret_cut_by_a_page_edge_stays_hidden(engine_settings: Settings) -> None:
+    """A byte-range page of a long line, or a byte range of a task's stream, that starts or ends inside a credential
+    shows none of it (the part on the page no longer looks like one), and a task page that starts inside a private
+    key block redacts the block's lines."""
+    settings = load_settings(
+        overrides={
+            "home": str(engine_settings.home),
+            "agent": {"build_dir": str(engine_settings.agent.build_dir)},
+            "artifacts": {"display_max_chars": 256},
+        }
+    )
+    async with open_executor(settings) as ex, ex.open_session() as session:
+        await session.write_file("out.txt", _LONG_LINE + "\n" + _KEY_TEXT)
+        result = await session.bash("cat out.txt")
+        assert result.artifact_id is not None
+        for start in range(250, 680, 9):
+            page = await session.read_output(result.artifact_id, stream="stdout", start_byte_in_line=start)
+            assert not _shows_part_of(page.text, _AWS_KEY) and not _shows_part_of(page.text, _PASSWORD), start
+        assert (
+            "[REDACTED:aws_access_key]"
+            in (await session.read_output(result.artifact_id, stream="stdout", start_byte_in_line=305)).text
+        )
+
+        started = await session.start_task("cat out.txt")
+        assert started.task_id is not None
+        deadline = trio.current_time() + 30
+        while (await session.read_task(started.task_id, max_bytes=0)).data["running"]:  # type: ignore[index]
+            assert trio.current_time() < deadline
+            await trio.sleep(0.05)
+        for offset in range(250, 680, 9):
+            for max_bytes in (10, 40, 200):
+                read = await session.read_task(started.task_id, offset=offset, max_bytes=max_bytes)
+                assert not _shows_part_of(read.text, _AWS_KEY), (offset, max_bytes)
+                assert not _shows_part_of(read.text, _PASSWORD), (offset, max_bytes)
+        body = len(_LONG_LINE) + 1 + _KEY_TEXT.index("QyNTUx")
+        inside = await session.read_task(started.task_id, offset=body, max_bytes=200)
+        assert "QyNTUx" not in inside.text and "[REDACTED:private_key]" in inside.text
+        assert "END OPENSSH PRIVATE KEY" in inside.text
+
+
+async def test_a_focused_section_that_starts_inside_a_key_block_redacts_it(engine_settings: Settings) -> None:
+    """Focus shows sections cut from the whole stream; one that starts inside a private key block (a blank line
+    split the block) shows none of the key's lines, though its BEGIN line is in a section not shown."""
+    body = "QyNTUxOQAAACB0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdAAAAJg"
+    output = (
+        "".join(f"INFO step {i} fine\n" for i in range(80))
+        + "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        + "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n" * 30
+        + "\n"
+        + f"{body}\n" * 3
+        + "error: build failed\n\n"
+        + "".join(f"INFO tail {i}\n" for i in range(40))
+    )
+    async with open_executor(engine_settings) as ex, ex.open_session() as session:
+        await session.write_file("out.txt", output)
+        result = await session.bash("cat out.txt", focus_mode="on", intent="why did it fail")
+        assert "error: build failed" in result.text and "focus: showing" in result.text
+        assert body not in result.text and "[REDACTED:private_key]" in result.text
