@@ -469,6 +469,10 @@ class GateSettings(_Section):
     """The judge provider."""
     cache: CacheSettings = CacheSettings()
     """The answer cache."""
+    stdin_program_max_bytes: Bytes = Field(_MIB, ge=0, le=64 * _MIB)
+    """Largest supplied stdin the gate reads as the program of a shell or interpreter the command runs on it
+    (``bash``, ``sh -s``, ``python3 -``); a larger one, or one that is not UTF-8 text, is a program nobody can
+    review: the judge asks."""
 
     @property
     def policy_search_path(self) -> tuple[Path, ...]:

@@ -277,6 +277,10 @@ class BashAction(_Model):
     """Explicit environment entries the caller adds."""
     stdin_sha256: str | None = Field(None, pattern=_SHA256_RE)
     """Hex SHA-256 of the supplied stdin; None means /dev/null."""
+    stdin_program: str | None = None
+    """The supplied stdin as text when the command runs a shell or an interpreter that reads its program from it
+    (``bash``, ``sh -s``, ``python3 -``), so policy, judges and the person approving read the program that runs;
+    None otherwise, and when that stdin is not text or past ``gate.stdin_program_max_bytes`` (judged unseen)."""
     timeout_ms: int | None = Field(ge=1)
     """Deadline of the call, in milliseconds; None for a background task (no deadline applies)."""
     exec_argv: tuple[str, ...] | None = None
@@ -298,8 +302,10 @@ class BashAction(_Model):
         Changing any byte of the command, its arguments, cwd, env, stdin, timeout or session changes it.
         """
         argv = self.argv()
-        # exec_argv joins the payload only when set, so the identity of every plain bash action is unchanged
-        fields = self.model_dump(mode="json", exclude=None if self.exec_argv is not None else {"exec_argv"})
+        # exec_argv and stdin_program join the payload only when set, so the identity of every plain bash action is
+        # unchanged (the program is the stdin, already bound by its hash)
+        unset = {name for name in ("exec_argv", "stdin_program") if getattr(self, name) is None}
+        fields = self.model_dump(mode="json", exclude=unset or None)
         payload = {"v": 1, **fields, "argv": None if argv is None else list(argv)}
         return hashlib.sha256(canonical_json(payload)).hexdigest()
 

@@ -304,3 +304,12 @@ def test_a_profile_image_that_is_no_reference_is_refused_at_load(image: str) -> 
     with pytest.raises(ConfigError, match=r"profiles\.default\.image"):
         load_settings(overrides={"profiles": {"default": {"image": image}}})
     assert load_settings(overrides={"profiles": {"default": {"image": "team/tool:1.2"}}}).profiles["default"].image
+
+
+def test_the_gate_reads_a_program_on_stdin_up_to_a_bound() -> None:
+    """gate.stdin_program_max_bytes defaults to 1 MiB, takes sizes, and refuses what is out of range at load."""
+    assert load_settings().gate.stdin_program_max_bytes == 1024**2
+    assert load_settings(overrides={"gate": {"stdin_program_max_bytes": "4k"}}).gate.stdin_program_max_bytes == 4096
+    for bad in (-1, "65m", "lots"):
+        with pytest.raises(ConfigError, match=r"gate\.stdin_program_max_bytes"):
+            load_settings(overrides={"gate": {"stdin_program_max_bytes": bad}})

@@ -319,3 +319,18 @@ async def test_opening_an_executor_reaps_leftovers_unless_told_not_to(make_setti
             await trio.run_process(
                 ["docker", "rm", "-f", kept, reaped, foreign], capture_stdout=True, capture_stderr=True, check=False
             )
+
+
+async def test_a_shells_program_on_stdin_is_gated_as_the_command(make_settings: Callable[..., Settings]) -> None:
+    """'bash' given its program on stdin runs under the verdict of that program, read whole up to
+    gate.stdin_program_max_bytes; past it nobody can review it, and the gate asks (nobody answers here)."""
+    async with _session(make_settings()) as session:
+        planted = await session.bash("bash", stdin=b"mkdir -p .git/hooks\ncp /dev/null .git/hooks/pre-commit\n")
+        assert planted.outcome == "denied"
+        assert (await session.bash("test -e .git/hooks/pre-commit")).exit_code == 1
+        harmless = await session.bash("sh -s", stdin=b"echo hi\n")
+        assert (harmless.outcome, harmless.stdout) == ("completed", "hi\n")
+    async with _session(make_settings(gate={"stdin_program_max_bytes": 4})) as session:
+        unread = await session.bash("sh -s", stdin=b"echo hi\n")
+        assert unread.outcome not in ("completed", "denied") and unread.stdout is None
+        assert (await session.bash("cat", stdin=b"echo hi\n")).stdout == "echo hi\n"

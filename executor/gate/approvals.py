@@ -156,6 +156,10 @@ def summarize(action: BashAction | WriteAction) -> str:
             lines.append(f"  env: {_line(name)}={_line(value)}")
         if action.stdin_sha256:
             lines.append(f"  stdin: sha256 {action.stdin_sha256}")
+        if action.stdin_program is not None:
+            # The program a shell or interpreter reads from that stdin: shown whole, as a write's diff is.
+            lines.append("  the program read from stdin:")
+            lines.extend(_GUTTER + _line(line) for line in action.stdin_program.splitlines())
         return "\n".join(lines)
     target = "new file" if action.reviewed.kind == "missing" else f"replaces a {action.reviewed.kind} file"
     lines = [

@@ -104,6 +104,8 @@ def gate_material(
             "timeout_ms": action.timeout_ms,
             "stdin_supplied": action.stdin_sha256 is not None,
         }
+        if action.stdin_sha256 is not None:
+            view["stdin_program"] = action.stdin_program
     else:
         view = {
             "kind": "write",

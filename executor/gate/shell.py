@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "GIT_HOOK_NAMES",
+    "SHELLS",
     "GeneratedCode",
     "ParsedCommand",
     "WriteTarget",
@@ -55,7 +56,8 @@ _MAX_WORDS = 4096
 # redirections, substitutions, escapes, grouping, and every control character.
 _NOT_SIMPLE = re.compile(r"[;&|<>()$`\\{}\x00-\x08\x0a-\x1f\x7f]")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+"""The shells the gate knows by name (their `-c` strings, and the programs they read, are read as commands)."""
 _RESERVED = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time"})
 # Wrapper -> how many non-option arguments it takes before the wrapped command.
 _WRAPPERS: dict[str, int] = {
@@ -163,6 +165,10 @@ class ParsedCommand:
     generated_code: tuple[GeneratedCode, ...] = ()
     """Every shell, ``source`` or interpreter that reads its program from text the string makes (see the module
     docstring)."""
+    stdin_readers: tuple[str, ...] = ()
+    """The shells, ``source``/``.`` and interpreters that may read their program from the command's own stdin (no
+    pipe within the string feeds them): ``bash``, ``sh -s``, ``bash /dev/stdin``, ``python3 -``. Supplied stdin
+    is then the program that runs, and is judged as one."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,7 @@ class _Reading:
     dirs: list[str]
     dir_unknown: bool = False
     generated: list[GeneratedCode] = field(default_factory=list)
+    stdin_readers: list[str] = field(default_factory=list)
 
     def target(self, word: str, via: str) -> None:
         if len(self.targets) < _MAX_SEGMENTS:
@@ -273,6 +280,7 @@ def parse_command(command: str) -> ParsedCommand:
         cd_dirs=tuple(reading.dirs),
         cd_unknown=reading.dir_unknown,
         generated_code=tuple(reading.generated),
+        stdin_readers=tuple(dict.fromkeys(reading.stdin_readers)),
     )
 
 
@@ -424,7 +432,7 @@ def _program_readers(segments: list[tuple[str, ...]], *, substituted: bool = Fal
         for candidate in _unwrap(segment):
             name = candidate[0]
             operands = [word for word in candidate[1:] if not word.startswith("-")]
-            if name in _SHELLS or name == "su":
+            if name in SHELLS or name == "su":
                 options = [word for word in candidate[1:] if word.startswith("-") and not word.startswith("--")]
                 if any("c" in option for option in options):
                     continue  # 'bash -c CMD': its program is on the command line (read as such)
@@ -465,6 +473,8 @@ def _flush(words: list[str], depth: int, reading: _Reading, piped_from: int | No
     segment = tuple(words)
     if piped_from is not None:
         _generated(_program_readers([segment]), segments[piped_from:], reading)
+    elif len(reading.stdin_readers) < _MAX_SEGMENTS:
+        reading.stdin_readers.extend(_program_readers([segment]))
     segments.append(segment)
     for candidate in _unwrap(segment):
         name = candidate[0]
@@ -472,7 +482,7 @@ def _flush(words: list[str], depth: int, reading: _Reading, piped_from: int | No
         if name == "eval" and len(candidate) > 1:
             ok &= _collect(" ".join(candidate[1:]), depth + 1, reading)
             continue
-        if name not in _SHELLS and name != "su":
+        if name not in SHELLS and name != "su":
             continue
         # 'bash -c CMD', 'bash -lc CMD', 'su -c CMD user': the string after the option holding 'c' runs.
         for index, word in enumerate(candidate[1:], start=1):

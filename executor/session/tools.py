@@ -30,6 +30,7 @@ from executor.errors import (
 )
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.gate import Gate
+from executor.gate.shell import parse_command
 from executor.journal import JournalWriter
 from executor.models import BashAction, CaptureSink, RunResult, RunSpec, StdinFile, StreamName, WriteAction
 from executor.sandbox.agent.client import AgentClient
@@ -181,6 +182,7 @@ class Session:
             cwd=spec.cwd,
             env=spec.env,
             stdin_sha256=await _stdin_sha256(spec.stdin),
+            stdin_program=await _stdin_program(spec, self._settings.gate.stdin_program_max_bytes),
             timeout_ms=spec.timeout_ms,
             exec_argv=exec_argv,
         )
@@ -728,6 +730,25 @@ async def _stdin_sha256(stdin: bytes | StdinFile | None) -> str | None:
     if isinstance(stdin, bytes):
         return hashlib.sha256(stdin).hexdigest()
     return await trio.to_thread.run_sync(_file_sha256, stdin)
+
+
+async def _stdin_program(spec: RunSpec, max_bytes: int) -> str | None:
+    """A run's stdin as text when the command runs a shell or interpreter that reads its program from it (and it is
+    UTF-8 of at most ``max_bytes``); None otherwise."""
+    if spec.stdin is None or not parse_command(spec.command).stdin_readers:
+        return None
+    if isinstance(spec.stdin, bytes):
+        data: bytes | None = spec.stdin if len(spec.stdin) <= max_bytes else None
+    else:
+        source = spec.stdin
+        data = await trio.to_thread.run_sync(Path(source.path).read_bytes) if source.size <= max_bytes else None
+        data = None if data is None else data[: source.size]
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _file_sha256(source: StdinFile) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,11 @@ import pytest
 from starlette.responses import Response
 
 from executor.config import GateSettings, JudgeSettings
+from executor.gate.approvals import summarize
 from executor.gate.gate import Gate
 from executor.gate.judge import OpenAIJudge
 from executor.gate.policy import Policy, load_policy
-from executor.models import JudgmentRequest
+from executor.models import BashAction, JudgmentRequest
 from executor.testing.actions import bash, write
 from executor.testing.chat_server import completion, open_chat_server
 from executor.testing.fake_judge import FakeJudge, gate_answers
@@ -301,3 +303,47 @@ async def test_reading_and_packing_stay_allowed(default_policy: Policy, command:
     """The readings above do not turn reads into writes: packing a folder, a pipe into grep, a script file."""
     outcome = await _gate(default_policy).evaluate(bash(command), session_id="s1")
     assert outcome.decision == "allow", outcome.reasons
+
+
+_SHELLS_ON_STDIN = ["bash", "sh -s", "bash -s -- x", "bash /dev/stdin", "busybox sh", "env bash", "nice -n 5 dash"]
+
+
+def _stdin_run(command: str, program: str | None, *, readable: bool = True) -> BashAction:
+    data = (program or "\xff").encode("utf-8", "surrogateescape")
+    return bash(command, stdin_sha256=hashlib.sha256(data).hexdigest(), stdin_program=program if readable else None)
+
+
+@pytest.mark.parametrize("command", _SHELLS_ON_STDIN)
+async def test_a_program_on_stdin_gets_the_verdict_it_would_get_as_the_command(
+    default_policy: Policy, command: str
+) -> None:
+    """A shell that reads its program from the supplied stdin runs that program: policy and judge read it as the
+    command, so feeding a refused command to 'bash' on stdin changes nothing; a harmless one still runs."""
+    for program in ("rm -rf /", "cp x .git/hooks/pre-commit", "mkdir -p d\nprintf 'id\\n' > .git/hooks/post-commit"):
+        plain = await _gate(default_policy).evaluate(bash(program), session_id="s1")
+        outcome = await _gate(default_policy).evaluate(_stdin_run(command, program), session_id="s1")
+        assert plain.decision == outcome.decision == "deny", (program, outcome.reasons)
+    harmless = await _gate(default_policy).evaluate(_stdin_run(command, "echo hi\nls -la\n"), session_id="s1")
+    assert harmless.decision == "allow", harmless.reasons
+
+
+async def test_a_program_on_stdin_nobody_can_read_is_asked_about(default_policy: Policy) -> None:
+    """Stdin too large or not text for the gate to read, fed to a shell or an interpreter, asks; the same stdin
+    given to a command that only reads data is not a program."""
+    for command in ("bash", "python3 -"):
+        outcome = await _gate(default_policy).evaluate(_stdin_run(command, None, readable=False), session_id="s1")
+        assert outcome.decision == "ask", outcome.reasons
+    data = await _gate(default_policy).evaluate(_stdin_run("wc -l", None, readable=False), session_id="s1")
+    assert data.decision == "allow", data.reasons
+
+
+async def test_an_interpreters_program_on_stdin_is_read_like_inline_code(default_policy: Policy) -> None:
+    hooks = "open('.git/hooks/pre-commit', 'w').write('id')"
+    outcome = await _gate(default_policy).evaluate(_stdin_run("python3 -", hooks), session_id="s1")
+    inline = await _gate(default_policy).evaluate(bash(f'python3 -c "{hooks}"'), session_id="s1")
+    assert outcome.decision == inline.decision == "deny", outcome.reasons
+
+
+def test_the_approval_summary_shows_the_program_read_from_stdin() -> None:
+    summary = summarize(_stdin_run("bash", "echo one\necho two\x1b[2J"))
+    assert "  | echo one" in summary and "  | echo two\\x1b[2J" in summary

@@ -376,18 +376,46 @@ def _assess_inline_code(parsed: ParsedCommand, findings: Findings, *, cwd: str) 
                 "sensitive_path", 1, f"{interpreter} reads its program from stdin; what it writes is unknown"
             )
             continue
-        if _CODE_SENSITIVE.search(code) or (in_git and _CODE_REACH.search(code)):
-            findings.raise_to(
-                "sensitive_path", 3, f"{interpreter} inline code names git hooks, git config or a git directory"
-            )
-        elif _CODE_STARTUP.search(code):
-            findings.raise_to("sensitive_path", 2, f"{interpreter} inline code names shell start-up or ssh files")
-        elif _CODE_REACH.search(code):
-            findings.raise_to(
-                "sensitive_path",
-                1,
-                f"{interpreter} inline code can write files or run programs; what it writes is unknown",
-            )
+        _assess_code(interpreter, code, findings, in_git=in_git)
+
+
+def _assess_code(interpreter: str, code: str, findings: Findings, *, in_git: bool) -> None:
+    """Raise levels for a program an interpreter runs, by what its text names."""
+    if _CODE_SENSITIVE.search(code) or (in_git and _CODE_REACH.search(code)):
+        findings.raise_to("sensitive_path", 3, f"{interpreter} code names git hooks, git config or a git directory")
+    elif _CODE_STARTUP.search(code):
+        findings.raise_to("sensitive_path", 2, f"{interpreter} code names shell start-up or ssh files")
+    elif _CODE_REACH.search(code):
+        findings.raise_to(
+            "sensitive_path", 1, f"{interpreter} code can write files or run programs; what it writes is unknown"
+        )
+
+
+def _assess_stdin_program(
+    parsed: ParsedCommand,
+    program: object,
+    findings: Findings,
+    *,
+    workspace: str,
+    home: str,
+    cwd: str,
+    env: Mapping[str, str],
+) -> None:
+    """Judge the supplied stdin as the program the command's shells and interpreters read from it: a shell's as a
+    command of its own, an interpreter's by what its text names; one nobody can read (too large, not text) asks."""
+    if not isinstance(program, str):
+        findings.raise_to(
+            "obfuscation",
+            1,
+            f"{parsed.stdin_readers[0]} reads its program from stdin, which is too large or not text to review",
+        )
+        return
+    in_git = ".git" in cwd.split("/")
+    for reader in parsed.stdin_readers:
+        if reader in _SHELL_RUNNERS:
+            assess_command(program, findings, workspace=workspace, home=home, cwd=cwd, env=env)
+        else:
+            _assess_code(reader, program, findings, in_git=in_git)
 
 
 _FETCHERS = frozenset({"curl", "wget", "fetch", "aria2c", "lynx", "links", "w3m", "http", "https", "nc", "ncat"})
@@ -504,14 +532,19 @@ def judge_material(material: Mapping[str, object]) -> Findings:
         if not isinstance(command, str):
             findings.raise_to("obfuscation", 2, "the action has no command string")
         else:
-            assess_command(
-                command,
-                findings,
-                workspace=workspace,
-                home=home,
-                cwd=cwd if isinstance(cwd, str) and cwd.startswith("/") else workspace,
-                env={str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {},
-            )
+            where = cwd if isinstance(cwd, str) and cwd.startswith("/") else workspace
+            added = {str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {}
+            parsed = assess_command(command, findings, workspace=workspace, home=home, cwd=where, env=added)
+            if action.get("stdin_supplied") is True and parsed.stdin_readers:
+                _assess_stdin_program(
+                    parsed,
+                    action.get("stdin_program"),
+                    findings,
+                    workspace=workspace,
+                    home=home,
+                    cwd=where,
+                    env=added,
+                )
     elif action.get("kind") == "write":
         path = action.get("path")
         git_dir = action.get("git_dir")
