@@ -31,8 +31,11 @@ Beyond the commands, the reading reports what else decides the action's effect:
 
 from __future__ import annotations
 
+import fnmatch
+import itertools
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "is_simple",
     "parse_command",
     "resolve_target",
+    "target_variants",
 ]
 
 _PUNCTUATION = "();<>|&`\n"
@@ -130,8 +134,13 @@ GIT_HOOK_NAMES = frozenset(
 )  # fmt: skip
 """The file names git runs as hooks (``githooks(5)``): a file by one of these names in any ``hooks`` folder
 may be a hook, whichever folder git is told to use."""
-# Options of wrappers that consume the next word.
-_OPTION_ARGS = frozenset({"-u", "-g", "-n", "-c", "-C", "-s", "-k", "-p", "-I", "-L", "-P", "-d", "-E", "-U"})
+_MAX_UNWRAPPED = 24
+"""Most forms one segment unwraps into."""
+_CARED_NAMES = (
+    ".git", "hooks", "config", "config.worktree", ".ssh", "authorized_keys", ".bashrc", ".bash_profile",
+    ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile", ".gitconfig", "sudoers", *sorted(GIT_HOOK_NAMES),
+)  # fmt: skip
+"""The path names a write target's glob is checked against: what it may match of them is judged as written."""
 
 
 @dataclass(frozen=True)
@@ -247,8 +256,47 @@ class _Reading:
     stdin_readers: list[str] = field(default_factory=list)
 
     def target(self, word: str, via: str) -> None:
-        if len(self.targets) < _MAX_SEGMENTS:
-            self.targets.append(WriteTarget(word=word, dirs=tuple(self.dirs), dir_unknown=self.dir_unknown, via=via))
+        for variant in target_variants(word):
+            if len(self.targets) < _MAX_SEGMENTS:
+                self.targets.append(
+                    WriteTarget(word=variant, dirs=tuple(self.dirs), dir_unknown=self.dir_unknown, via=via)
+                )
+
+
+_MAX_VARIANTS = 32
+"""Most paths one written word is read as (its brace expansions, and what its glob patterns may match)."""
+_BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
+_GLOB = re.compile(r"[*?\[]")
+
+
+def target_variants(word: str) -> list[str]:
+    """``word`` and the paths the shell may make of it: each brace expansion (``.git/{hooks,x}/f``), and each
+    name a gate cares about that a glob component may match (``.git/hook?`` may be ``.git/hooks``)."""
+    expanded = [word]
+    while any(_BRACES.search(item) for item in expanded) and len(expanded) < _MAX_VARIANTS:
+        grown: list[str] = []
+        for item in expanded:
+            found = _BRACES.search(item)
+            if found is None:
+                grown.append(item)
+                continue
+            grown.extend(item[: found.start()] + part + item[found.end() :] for part in found.group(1).split(","))
+        expanded = list(dict.fromkeys(grown))[:_MAX_VARIANTS]
+    out = dict.fromkeys(expanded)
+    for item in expanded:
+        parts = item.split("/")
+        # A bare '*' stays as it is: it already stands for a name nobody can know (see WriteTarget).
+        choices = [
+            [part, *(name for name in _CARED_NAMES if fnmatch.fnmatchcase(name, part))]
+            if part != "*" and _GLOB.search(part)
+            else [part]
+            for part in parts
+        ]
+        if all(len(choice) == 1 for choice in choices):
+            continue
+        for combination in itertools.islice(itertools.product(*choices), _MAX_VARIANTS):
+            out["/".join(combination)] = None
+    return list(out)[:_MAX_VARIANTS]
 
 
 def is_simple(command: str) -> bool:
@@ -482,6 +530,8 @@ def _flush(words: list[str], depth: int, reading: _Reading, piped_from: int | No
         if name == "eval" and len(candidate) > 1:
             ok &= _collect(" ".join(candidate[1:]), depth + 1, reading)
             continue
+        for text in _command_strings(candidate):
+            ok &= _collect(text, depth + 1, reading)
         if name not in SHELLS and name != "su":
             continue
         # 'bash -c CMD', 'bash -lc CMD', 'su -c CMD user': the string after the option holding 'c' runs.
@@ -490,6 +540,48 @@ def _flush(words: list[str], depth: int, reading: _Reading, piped_from: int | No
                 ok &= _collect(candidate[index + 1], depth + 1, reading)
                 break
     return ok
+
+
+_COMMAND_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "script": ("c", ("--command",)),
+    "flock": ("c", ("--command",)),
+    "runuser": ("c", ("--command",)),
+    "su": ("c", ("--command",)),
+    "env": ("S", ("--split-string",)),
+}
+"""Tools that run a command string given as an option's value (``script -qc CMD``, ``env -S 'CMD'``)."""
+_FIND_RUNS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+def _command_strings(argv: tuple[str, ...]) -> list[str]:
+    """The command strings ``argv`` runs through a shell or as a command of its own, other than a shell's ``-c``:
+    option values (``script -qc``, ``flock -c``, ``env -S``), ``watch``'s words, ``find -exec ... ;``, and git's
+    ``rebase -x``, ``bisect run`` and ``submodule foreach``."""
+    name, args = argv[0], argv[1:]
+    if name in _COMMAND_OPTIONS:
+        letters, long_names = _COMMAND_OPTIONS[name]
+        return _option_values(args, letters, long_names)
+    if name == "watch":
+        words = [arg for arg in args if not arg.startswith("-")]
+        return [" ".join(words)] if words else []
+    if name == "find":
+        found: list[str] = []
+        index = 0
+        while index < len(args):
+            if args[index] in _FIND_RUNS:
+                end = next((i for i in range(index + 1, len(args)) if args[i] in (";", "+")), len(args))
+                if end > index + 1:
+                    found.append(shlex.join(args[index + 1 : end]))
+                index = end
+            index += 1
+        return found
+    if name == "git":
+        values = _option_values(args, "x", ("--exec",)) if "rebase" in args else []
+        for index, arg in enumerate(args[:-1]):
+            if (arg, args[index - 1] if index else "") in (("run", "bisect"), ("foreach", "submodule")):
+                values.append(" ".join(args[index + 1 :]))
+        return values
+    return []
 
 
 def _assign(word: str, reading: _Reading) -> None:
@@ -504,7 +596,7 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
     operands = [arg for arg in args if not arg.startswith("-")]
     if name == "env":
         skip = False
-        for index, arg in enumerate(args):
+        for arg in args:
             if skip:
                 skip = False
             elif _ASSIGNMENT.match(arg):
@@ -512,12 +604,8 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
             elif arg in ("-u", "--unset", "-C", "--chdir"):
                 skip = True
             elif arg in ("-S", "--split-string") or arg.startswith(("-S", "--split-string=")):
-                # env -S 'NAME=VALUE cmd' splits one word into more: read its assignments too.
-                text = arg.split("=", 1)[1] if arg.startswith("--split-string=") else arg[2:]
-                text = text or (args[index + 1] if index + 1 < len(args) else "")
-                for word in text.split():
-                    if _ASSIGNMENT.match(word):
-                        _assign(word, reading)
+                # env -S 'NAME=VALUE cmd' splits one word into more: read as a command string of its own (its
+                # assignments included, see _command_strings).
                 skip = not arg[2:] and "=" not in arg
             elif not arg.startswith("-"):
                 break
@@ -540,7 +628,7 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
             if arg.startswith("of="):
                 reading.target(arg[3:], "dd")
     elif name == "sed":
-        if any(arg.startswith("-i") or arg.startswith("--in-place") for arg in args):
+        if any(_IN_PLACE.match(arg) or arg.startswith("--in-place") for arg in args):
             for arg in operands[1:]:
                 reading.target(arg, "sed")
         scripts = [value for value in _option_values(args, "e", ("--expression",))] or operands[:1]
@@ -559,9 +647,25 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
         for arg in operands[1:] if name in ("chmod", "chown", "chgrp") else operands:
             reading.target(arg, name)
     elif name == "unzip" or (name in ("tar", "bsdtar") and _extracts(args)):
-        # Extracting writes files whose names the archive holds, into the folder named by -C (tar) or -d (unzip).
-        for folder in _option_values(args, "d" if name == "unzip" else "C", ("--directory",)):
+        # Extracting writes files whose names the archive holds, into the folder named by -C (tar) or -d (unzip),
+        # or else the current one.
+        for folder in _option_values(args, "d" if name == "unzip" else "C", ("--directory",)) or ["."]:
             reading.target(posixpath.join(folder, "*"), name)
+    elif re.sub(r"[0-9.]+$", "", name) in ("perl", "ruby") and any(_IN_PLACE.match(arg) for arg in args):
+        # 'perl -pi -e CODE FILE...', 'ruby -i -pe CODE FILE': the files are rewritten (the code is read as one too;
+        # that only makes a verdict stricter).
+        for arg in operands:
+            reading.target(arg, name)
+    elif name == "find":
+        for index, arg in enumerate(args[:-1]):
+            if arg in ("-fprint", "-fprint0", "-fprintf", "-fls"):
+                reading.target(args[index + 1], "find")
+    elif name == "git":
+        # 'git --work-tree=DIR checkout ...' writes the checked-out files into DIR.
+        trees = _option_values(args, "", ("--work-tree",))
+        if trees and any(arg in _GIT_TREE_WRITERS for arg in args):
+            for tree in trees:
+                reading.target(posixpath.join(tree, "*"), "git")
     if name not in _NOT_OUTPUT_OPTION:
         # '-o FILE' / '--output FILE' / '--output=FILE' name the file written by most tools (sort, git log and
         # format-patch, compilers, curl, wget -O ...); reading too many targets only makes a verdict stricter.
@@ -571,6 +675,15 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
     match = _INTERPRETER.match(name)
     if match is not None:
         _inline_code(name, args, reading)
+
+
+_IN_PLACE = re.compile(r"^-(?!-)[A-Za-z]*i")
+"""A short option cluster holding ``-i`` (sed, perl, ruby: edit the named files in place)."""
+_GIT_TREE_WRITERS = frozenset(
+    {"checkout", "switch", "restore", "reset", "stash", "merge", "pull", "apply", "am", "cherry-pick", "revert",
+     "read-tree", "checkout-index", "rebase", "worktree", "clone"}
+)  # fmt: skip
+"""Git subcommands that write files into the work tree."""
 
 
 def _extracts(args: tuple[str, ...]) -> bool:
@@ -682,25 +795,27 @@ def _substitutions(word: str) -> list[str]:
 
 
 def _unwrap(segment: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """The segment, its basename form, and every command a chain of wrappers would run."""
+    """The segment, its basename form, and every command a chain of wrappers may run.
+
+    Which words of a wrapper are its options' values depends on the wrapper (``timeout --signal KILL 5 cmd``,
+    ``exec -a NAME cmd``, ``command -p cmd``), so the wrapped command is read from each of the first few words
+    that are not options: one of them is where it starts, and reading the others as commands too only makes a
+    verdict stricter.
+    """
     out: list[tuple[str, ...]] = []
-    current = segment
-    for _ in range(8):
+    queue = [segment]
+    while queue and len(out) < _MAX_UNWRAPPED:
+        current = queue.pop(0)
         if not current:
-            break
+            continue
         base = (posixpath.basename(current[0]) or current[0], *current[1:])
         for form in (current, base):
             if form not in out:
                 out.append(form)
         name = base[0]
         if name not in _WRAPPERS:
-            break
-        rest = list(base[1:])
-        while rest and (rest[0].startswith("-") or _ASSIGNMENT.match(rest[0])):
-            option = rest.pop(0)
-            if option in _OPTION_ARGS and rest:
-                rest.pop(0)
-        if name in ("timeout", "chroot", "flock") and rest:
-            rest = rest[_WRAPPERS[name] :]
-        current = tuple(rest)
+            continue
+        rest = base[1:]
+        starts = [i for i, word in enumerate(rest) if not word.startswith("-") and not _ASSIGNMENT.match(word)]
+        queue.extend(rest[i:] for i in starts[: _WRAPPERS[name] + 2])
     return out

@@ -347,3 +347,64 @@ async def test_an_interpreters_program_on_stdin_is_read_like_inline_code(default
 def test_the_approval_summary_shows_the_program_read_from_stdin() -> None:
     summary = summarize(_stdin_run("bash", "echo one\necho two\x1b[2J"))
     assert "  | echo one" in summary and "  | echo two\\x1b[2J" in summary
+
+
+_HOOK_AND_CONFIG_REWRITES = [
+    "find . -maxdepth 0 -exec sh -c 'echo id > .git/hooks/post-checkout' \\;",
+    "env -S 'cp /dev/null .git/hooks/post-merge'",
+    "command -p cp /dev/null .git/hooks/pre-rebase",
+    "exec -a x cp /dev/null .git/hooks/commit-msg",
+    "timeout --signal KILL 5 cp /dev/null .git/hooks/update",
+    "echo .git/hooks/pre-applypatch | xargs touch",
+    "script -qc 'echo id > .git/hooks/post-rewrite' /dev/null",
+    "flock /tmp/l -c 'cp x .git/hooks/pre-commit'",
+    "watch -n1 'cp x .git/hooks/pre-commit'",
+    "find . -maxdepth 0 -fprint .git/hooks/pre-auto-gc",
+    "echo id | tee .git/{hooks,x}/pre-merge-commit",
+    "cp /tmp/pre-push .git/hook?",
+    "find .git/hook? -maxdepth 0 -exec chmod +x {}/pre-push \\;",
+    "echo '[alias] x = !id' >> .git/conf*",
+    "perl -pi -e 'print qq{[core]}' .git/config",
+    "sed -Ei 's/a/b/' .git/config",
+    "ruby -i -pe 1 .git/config",
+    "git config diff.external /tmp/evil",
+    "git config gpg.program /tmp/evil",
+    "git config uploadpack.packObjectsHook id",
+    "git clone -q --config core.hooksPath=/tmp/h . /tmp/r2",
+    "cd .git; tar xf /tmp/a.tar",
+    "git --work-tree=.git/hooks checkout HEAD -- pre-commit",
+    "git rebase -x 'echo x > .git/hooks/pre-commit' HEAD~1",
+    "git submodule foreach 'cp x .git/hooks/pre-commit'",
+]
+
+
+@pytest.mark.parametrize("command", _HOOK_AND_CONFIG_REWRITES)
+async def test_rewrites_of_a_hook_or_git_config_write_are_refused(default_policy: Policy, command: str) -> None:
+    """However a command reaches git hooks or git config (a wrapper's options, a string another tool runs, an
+    argument xargs hands on, a brace or glob, an in-place editor, a config key or a work tree), it is denied
+    as the plain write is, and never allowed at trust 2."""
+    outcome = await _gate(default_policy).evaluate(bash(command), session_id="s1")
+    assert outcome.decision == "deny", outcome.reasons
+    trusting = await _gate(default_policy, trust=2).evaluate(bash(command), session_id="s1")
+    assert trusting.decision != "allow", trusting.reasons
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat .git/config",
+        "grep -r x .git/hooks",
+        "ls .git/hooks",
+        "sed -n 1p .git/config",
+        "timeout 5 cat .git/config",
+        "git commit -m 'fix .git/config parsing'",
+        "tar xf a.tar",
+        "tar -xzf a.tgz -C build",
+        "find . -name '*.py' -exec grep -l x {} +",
+        "nice -n 5 make",
+        "git clean -xn",
+    ],
+)
+async def test_reading_git_files_and_everyday_writes_stay_allowed(default_policy: Policy, command: str) -> None:
+    outcome = await _gate(default_policy).evaluate(bash(command), session_id="s1")
+    assert outcome.decision == "allow", outcome.reasons

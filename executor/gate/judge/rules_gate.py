@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from executor.gate.env import risky_env
 from executor.gate.policy import git_dir_alias
-from executor.gate.shell import GIT_HOOK_NAMES, ParsedCommand, parse_command, resolve_target
+from executor.gate.shell import GIT_HOOK_NAMES, ParsedCommand, parse_command, resolve_target, target_variants
 from executor.models import Answer, JudgmentRequest
 
 __all__ = ["Findings", "answer", "assess_command", "assess_path", "find_instructions"]
@@ -119,9 +119,12 @@ _CODE_STARTUP = re.compile(
 )
 _GIT_OPTION_ARGS = frozenset({"-c", "-C", "--git-dir", "--work-tree", "--namespace", "--config-env", "--exec-path"})
 _GIT_PROGRAM_KEYS = re.compile(
-    r"(?i)^(core\.(hookspath|fsmonitor|sshcommand|pager|editor|askpass|gitproxy)|alias\.|credential\.|include|"
-    r".*\.(command|textconv|clean|smudge|process|driver|cmd)\b)"
+    r"(?i)^(core\.(hookspath|fsmonitor|sshcommand|pager|editor|askpass|gitproxy|worktree)|alias\.|credential\.|"
+    r"include|diff\.external|gpg\.(.*\.)?program|uploadpack\.|receive\.|web\.browser|browser\.|man\.|"
+    r"sequence\.editor|sendemail\.|pager\.|remote\..*\.(uploadpack|receivepack|vcs)|protocol\.|url\.|"
+    r".*\.(command|textconv|clean|smudge|process|driver|cmd|program|path|tool)\b)"
 )
+"""Git config keys whose values git runs as programs, or that point git at other code or places."""
 _SCAN_LIMIT = 1_000_000
 """Characters of sandbox material scanned for instructions (the rest is not read)."""
 
@@ -150,6 +153,13 @@ class Findings:
         out: dict[str, Answer] = dict(self.levels)
         out["instructions_in_material"] = self.instructions
         return out
+
+
+_STARTUP_NAMES = frozenset(
+    {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
+     ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".gitconfig"}
+)  # fmt: skip
+"""Shell start-up and git config files of a home: what they hold runs in every later shell or git call."""
 
 
 def _under(path: str, root: str) -> bool:
@@ -186,25 +196,7 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
         findings.raise_to("sensitive_path", 3, f"writes {path}")
         findings.raise_to("privilege", 3, "changes sudo rules")
         return
-    if (
-        name
-        in {
-            ".bashrc",
-            ".bash_profile",
-            ".bash_login",
-            ".bash_logout",
-            ".profile",
-            ".zshrc",
-            ".zshenv",
-            ".zprofile",
-            ".zlogin",
-            ".kshrc",
-            ".cshrc",
-            ".tcshrc",
-            ".gitconfig",
-        }
-        or ".ssh" in parts
-    ):
+    if name in _STARTUP_NAMES or ".ssh" in parts:
         findings.raise_to("sensitive_path", 2, f"writes a start-up, ssh or git config file ({path})")
         return
     top = parts[1] if len(parts) > 1 else ""
@@ -242,6 +234,17 @@ def _git_subcommand(args: tuple[str, ...], findings: Findings) -> tuple[str, tup
     if index >= len(args):
         return "", ()
     return args[index], args[index + 1 :]
+
+
+def _git_config_values(sub: str, rest: tuple[str, ...]) -> list[str]:
+    """``KEY=VALUE`` settings a git subcommand's own options make (``clone --config``/``-c``)."""
+    values: list[str] = []
+    for index, arg in enumerate(rest):
+        if arg.startswith("--config="):
+            values.append(arg.removeprefix("--config="))
+        elif (arg == "--config" or (arg == "-c" and sub == "clone")) and index + 1 < len(rest):
+            values.append(rest[index + 1])
+    return values
 
 
 def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str, home: str) -> None:
@@ -294,10 +297,15 @@ def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str,
             findings.raise_to("destructive", 1, "deletes untracked files (clean -f)")
         elif sub == "config":
             joined = " ".join(rest).lower()
-            if re.search(r"hookspath|fsmonitor|pager|editor|sshcommand|alias\.|filter\.|credential", joined):
+            if re.search(r"hookspath|fsmonitor|pager|editor|sshcommand|alias\.|filter\.|credential", joined) or any(
+                _GIT_PROGRAM_KEYS.match(arg) for arg in rest if not arg.startswith("-")
+            ):
                 findings.raise_to("sensitive_path", 3, "sets a git config key that runs programs on the host")
             elif "--global" in rest or "--system" in rest:
                 findings.raise_to("sensitive_path", 2, "changes global git configuration")
+        for value in _git_config_values(sub, rest):
+            if _GIT_PROGRAM_KEYS.match(value):
+                findings.raise_to("obfuscation", 2, f"git {sub} sets {value.split('=')[0][:60]!r}, which runs programs")
     elif name in ("kill", "pkill", "killall") and (name != "kill" or "-1" in args):
         findings.raise_to("destructive", 1, "kills processes beyond its own")
     if name in _NET_TOOLS:
@@ -437,6 +445,65 @@ def _assess_generated_code(parsed: ParsedCommand, findings: Findings) -> None:
             findings.raise_to("obfuscation", 2, "pipes generated text into a shell")
 
 
+_MENTION = re.compile(r"[^\s'\"<>|;&()=`]+")
+"""A word of a command's text that may be a path (inside quotes and option values too)."""
+_WRITERS = frozenset(
+    {"cp", "mv", "ln", "install", "rsync", "tee", "touch", "truncate", "chmod", "chown", "chgrp", "mkdir", "rm",
+     "rmdir", "dd", "tar", "bsdtar", "unzip", "cpio", "patch", "ed", "ex", "vi", "vim", "nano", "emacs",
+     "xargs", "make", "shred", "mkfifo", "mknod", "curl", "wget", "split", "csplit", "gzip", "gunzip", "zip"}
+)  # fmt: skip
+"""Commands that write files their arguments, their stdin or their options may name."""
+_GIT_WRITERS = frozenset(
+    {"checkout", "switch", "restore", "reset", "stash", "merge", "pull", "apply", "am", "cherry-pick", "revert",
+     "read-tree", "checkout-index", "rebase", "worktree", "clone", "config", "init", "submodule", "mv", "rm",
+     "update-index", "hook", "archive"}
+)  # fmt: skip
+
+
+def _mentioned(word: str) -> tuple[int, str] | None:
+    """How sensitive a path ``word`` may name is (brace and glob forms included): 2 for git hooks or git config
+    and start-up or ssh files; None for anything else."""
+    for variant in target_variants(word):
+        parts = [part for part in variant.split("/") if part not in ("", ".")]
+        for index, part in enumerate(parts):
+            after = parts[index + 1 : index + 2]
+            if part == ".git" and after and after[0] in ("hooks", "config", "config.worktree"):
+                return 2, "git hooks or git config"
+            if part == "hooks" and after and after[0] in GIT_HOOK_NAMES:
+                return 2, "a git hook"
+        if parts and (parts[-1] in _STARTUP_NAMES or ".ssh" in parts):
+            return 2, "a start-up or ssh file"
+    return None
+
+
+def _assess_mentions(command: str, parsed: ParsedCommand, findings: Findings) -> None:
+    """A command that can write and names git hooks, git config or a start-up file anywhere in its text (an
+    argument handed on by xargs, a path inside a string run by another tool) may write it in a way the reading
+    above does not follow: a floor under those ways, not a reading of them."""
+    writes = any(not target.word.startswith("/dev/") for target in parsed.write_targets)
+    for name, *args in parsed.candidates:
+        if writes:
+            break
+        if (
+            name in _WRITERS
+            or _INTERPRETERS.match(name)
+            or name in _SHELL_RUNNERS
+            or (name == "git" and any(arg in _GIT_WRITERS for arg in args))
+        ):
+            writes = True
+    if not writes:
+        return
+    for word in _MENTION.findall(command[:_SCAN_LIMIT]):
+        found = _mentioned(word)
+        if found is not None:
+            findings.raise_to(
+                "sensitive_path",
+                found[0],
+                f"names {found[1]} ({word[:60]}) and can write files in ways the gate cannot follow",
+            )
+            return
+
+
 def assess_command(
     command: str,
     findings: Findings,
@@ -455,6 +522,7 @@ def assess_command(
     if not parsed.parsed:
         findings.raise_to("obfuscation", 2, "the command does not parse cleanly or nests too deep to read")
     _assess_generated_code(parsed, findings)
+    _assess_mentions(command, parsed, findings)
     if _FETCH_TO_SHELL.search(command):
         findings.raise_to("obfuscation", 3, "runs code fetched from the network without showing it")
     if _DECODE_TO_SHELL.search(command):
