@@ -20,14 +20,18 @@ def main() -> None:
     """Console-script entry point."""
     argv = sys.argv[1:]
     _terminate_as_interrupt(argv)
-    from executor.cli.thin.run import run_thin
+    try:
+        from executor.cli.thin.run import run_thin
 
-    code = run_thin(argv)
-    if code is not None:
-        sys.stdout.flush()
-        raise SystemExit(code)
-    from executor.cli.app import main as run_app
-
+        code = run_thin(argv)
+        if code is not None:
+            sys.stdout.flush()
+            raise SystemExit(code)
+        from executor.cli.app import main as run_app
+    except KeyboardInterrupt:
+        # Interrupted before any command began (while its modules load): nothing to clean up.
+        sys.stderr.write("executor: interrupted\n")
+        raise SystemExit(130) from None
     run_app(argv)
 
 
@@ -43,9 +47,13 @@ def _terminate_as_interrupt(argv: list[str]) -> None:
     if command in _SERVERS:
         return
 
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        # A background job of a script starts with Ctrl-C ignored. Python's own handler lets trio take SIGINT
+        # (it does only from that handler) and raise it at a safe point, where clean-up runs; raising it from the
+        # handler below, in whatever frame of trio's core it lands in, broke the run and left the session behind.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def interrupt(signum: int, frame: object) -> None:
-        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
-            raise KeyboardInterrupt  # Ctrl-C is ignored here (a background job of a script): interrupt in place
         os.kill(os.getpid(), signal.SIGINT)  # delivered where Ctrl-C would be (trio raises it at a safe point)
 
     for signum in (signal.SIGTERM, signal.SIGHUP):

@@ -365,24 +365,34 @@ def test_options_end_at_the_first_command_word(either_home: Path) -> None:
         assert followed.stdout == "bg --session elsewhere\n", followed.stderr
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.docker
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_sigterm_or_sighup_ends_an_exec_as_ctrl_c_does(either_home: Path, signum: int) -> None:
+@pytest.mark.parametrize(
+    ("signum", "sigint_ignored"), [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGTERM, True)]
+)
+def test_sigterm_or_sighup_ends_an_exec_as_ctrl_c_does(either_home: Path, signum: int, sigint_ignored: bool) -> None:
     """A CI job cancelled (SIGTERM) or a terminal closed (SIGHUP) ends `executor exec` as Ctrl-C does: exit 130 and
-    its throwaway session removed, which kills the command (they were left running, for an hour over a service)."""
+    its throwaway session removed, which kills the command (they were left running, for an hour over a service).
+    So does SIGTERM to a background job of a script, which starts with Ctrl-C ignored (it left its session
+    running and printed tracebacks)."""
     home = either_home
     with subprocess.Popen(
         [sys.executable, "-m", "executor.cli", "exec", "--", "echo started; sleep 300"],
         env=cli_env(home),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     ) as proc:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.readline() == b"started\n"  # the command runs (its output streams live)
         assert home_containers(home) != []
         proc.send_signal(signum)
         assert proc.wait(timeout=120) == 130
+        assert b"Traceback" not in proc.stderr.read()
     deadline = time.monotonic() + 60
     while home_containers(home):
         assert time.monotonic() < deadline, "the throwaway session was left behind"
