@@ -18,7 +18,7 @@ import trio
 from executor.artifacts import ArtifactStore
 from executor.artifacts.hints import Surface
 from executor.config import Profile, Settings
-from executor.errors import ConfigError, SandboxError, SessionNotFound, SessionNotRunning
+from executor.errors import ConfigError, SandboxError, SessionNameTaken, SessionNotFound, SessionNotRunning
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate
@@ -198,6 +198,18 @@ class Executor:
                         await self.backend.stop_session(info.id)
             return
         async with self.name_lock(name):
+            if name is not None:
+                kept = next(
+                    (
+                        s
+                        for s in await self.backend.list_sessions()
+                        if s.name == name and s.stopped_named and owner_matches(s.owner, owner)
+                    ),
+                    None,
+                )
+                if kept is not None and kept.profile != profile_name:
+                    profile_name, chosen = self._profile(_kept_profile(kept, profile), image)
+                    policy = self._policy(chosen)
             info = await self.backend.open_session(
                 profile=chosen, profile_name=profile_name, name=name, owner=owner, idle_limit_s=_idle_choice(idle_s)
             )
@@ -237,7 +249,9 @@ class Executor:
             try:
                 info = await self.backend.find_session(id_or_name)
                 if info.stopped_named and owner_matches(info.owner, owner):
-                    # Asked by name with create: recreated below, on its kept workspace. Else the caller is told how.
+                    # Asked by name with create: recreated below, on its kept workspace, with the profile it was
+                    # made with. Else the caller is told how.
+                    profile = _kept_profile(info, profile)
                     raise SessionNotRunning(info.not_running_message())
             except SessionNotFound as exc:
                 if not create or (isinstance(exc, SessionNotRunning) and is_session_id(id_or_name)):
@@ -525,3 +539,18 @@ async def open_output_reader(
             yield OutputTools(artifacts=artifacts, views=views)
     finally:
         store.close()
+
+
+def _kept_profile(kept: SessionInfo, asked: str | None) -> str:
+    """The profile a stopped named session is recreated with: the one it was made with (its workspace was made for
+    that profile's isolation: an ``untrusted`` session must not come back under runc).
+
+    Raises:
+        SessionNameTaken: the caller asked for another profile.
+    """
+    if asked is not None and asked != kept.profile:
+        raise SessionNameTaken(
+            f"session {kept.name!r} keeps a workspace made with profile {kept.profile!r}; recreate it with that "
+            f"profile (or name none), or `executor session stop {kept.name}` to start afresh with {asked!r}"
+        )
+    return kept.profile

@@ -196,3 +196,43 @@ def test_a_named_session_whose_container_died_is_recreated_by_create(base_image:
         assert _json(recreated)["stdout"] == "kept\n" and _json(recreated)["session"]["id"] == session_id
     finally:
         _executor(home, "session", "stop", name)
+
+
+@pytest.mark.docker
+def test_a_recreated_named_session_keeps_the_profile_it_was_made_with(base_image: str, either_home: Path) -> None:
+    """A named session whose container went away comes back with its own profile (an untrusted one must not come
+    back under runc): '--create' and 'session start --name' without a profile use it, and another profile is
+    refused (exit 2) with how to start afresh."""
+    home = either_home
+    name = "cli-" + os.urandom(4).hex()
+    started = _executor(home, "session", "start", "--name", name, "--profile", "ci")
+    assert started.returncode == 0, started.stderr
+    session_id = _json(started)["session"]["id"]
+
+    def remove_container() -> None:
+        containers = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=executor.session={session_id}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        subprocess.run(["docker", "rm", "-f", *containers], capture_output=True, check=True)
+
+    def profile() -> str:
+        listed = _json(_executor(home, "session", "ls"))["sessions"]
+        return str(next(s["profile"] for s in listed if s["id"] == session_id))
+
+    try:
+        remove_container()
+        recreated = _executor(home, "exec", "--session", name, "--create", "--", "true")
+        assert recreated.returncode == 0, recreated.stdout + recreated.stderr
+        assert profile() == "ci"
+        remove_container()
+        other = _executor(home, "session", "start", "--name", name, "--profile", "default")
+        assert other.returncode == 2, other.stdout + other.stderr
+        assert "profile 'ci'" in _json(other)["error"] and "session stop" in _json(other)["error"]
+        again = _executor(home, "session", "start", "--name", name)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert profile() == "ci" and _json(again)["session"]["id"] == session_id
+    finally:
+        _executor(home, "session", "stop", name)
