@@ -17,7 +17,14 @@ from typing import Final, Literal
 import trio
 
 from executor.artifacts import Capture, SessionArtifacts, TaskRecord
-from executor.errors import AgentError, CommandRejected, SandboxLost, SessionUnhealthy, TaskNotFound
+from executor.errors import (
+    AgentError,
+    CommandRejected,
+    OutputRangeError,
+    SandboxLost,
+    SessionUnhealthy,
+    TaskNotFound,
+)
 from executor.journal import JournalWriter
 from executor.journal.events import ExecutionFinished, ExecutionStarted
 from executor.models import RunResult, RunSpec
@@ -212,6 +219,7 @@ class BackgroundTasks:
         owner: str | None,
     ) -> ToolResult:
         """See :meth:`executor.session.Session.read_task`."""
+        _check_range(offset, max_bytes)
         await self._settle_tasks()
         record = self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
@@ -278,6 +286,7 @@ class BackgroundTasks:
         owner: str | None,
     ) -> TaskBytes:
         """See :meth:`executor.session.Session.read_task_bytes`."""
+        _check_range(offset, max_bytes)
         self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
         return TaskBytes(
@@ -334,3 +343,19 @@ class BackgroundTasks:
         if record is None:
             raise TaskNotFound(f"no background task {task_id!r} in this session")
         return record.owner
+
+
+_MAX_OFFSET: Final = 2**63 - 1
+"""Largest byte offset of a task's stream (what the agent's protocol carries)."""
+
+
+def _check_range(offset: int, max_bytes: int) -> None:
+    """Refuse a read whose offset or size the agent's protocol cannot carry.
+
+    Raises:
+        OutputRangeError: ``offset`` or ``max_bytes`` outside 0..2**63-1.
+    """
+    if not 0 <= offset <= _MAX_OFFSET:
+        raise OutputRangeError(f"offset must be between 0 and {_MAX_OFFSET}; got {offset}")
+    if not 0 <= max_bytes <= _MAX_OFFSET:
+        raise OutputRangeError(f"max_bytes must be between 0 and {_MAX_OFFSET}; got {max_bytes}")

@@ -54,6 +54,9 @@ def test_background_task_lifecycle(either_home: Path) -> None:
         rest = cli(home, "bg", "read", task, "--session", name, "--offset", "6", "--max-bytes", "3", "--json")
         assert (rest.json()["offset"], rest.json()["next_offset"]) == (6, 9)
         assert rest.json()["text"].endswith("\nsec")
+        for offset in ("99999999999999999999999", "-1"):
+            huge = cli(home, "bg", "read", task, "--session", name, "--offset", offset, "--json")
+            assert huge.code == 2 and "offset" in huge.json()["error"], huge.stdout + huge.stderr
 
         stopped = cli(home, "bg", "stop", task, "--session", name, "--json")
         assert stopped.code == 0 and stopped.json()["outcome"] == "completed"
