@@ -824,7 +824,21 @@ class Settings(BaseSettings):
     )
 
     home: Path = Field(default_factory=_default_home)
-    """State folder: per-session artifacts, the SQLite index, journals, agent binaries and sockets."""
+    """State folder: per-session artifacts, the SQLite index, journals, agent binaries and sockets. A relative path
+    is taken from the current folder (and kept absolute: the engine mounts from it)."""
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _absolute_home(cls, value: object) -> object:
+        if isinstance(value, str | Path):
+            if not str(value).strip():
+                raise ValueError("is empty; name a folder (or leave EXECUTOR_HOME unset for the default)")
+            path = Path(value).expanduser()
+            path = path if path.is_absolute() else Path.cwd() / path
+            if path.exists() and not path.is_dir():
+                raise ValueError(f"{path} exists and is not a folder; name a folder for the executor's state")
+            return path
+        return value
     default_profile: str = "default"
     """Profile used when a session names none."""
     profiles: dict[str, Profile] = Field(

@@ -313,3 +313,14 @@ def test_the_gate_reads_a_program_on_stdin_up_to_a_bound() -> None:
     for bad in (-1, "65m", "lots"):
         with pytest.raises(ConfigError, match=r"gate\.stdin_program_max_bytes"):
             load_settings(overrides={"gate": {"stdin_program_max_bytes": bad}})
+
+
+def test_home_is_made_absolute_and_must_be_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative home is taken from the current folder (the engine mounts only absolute paths); an empty one, or
+    a path that is a file, is refused at load naming the field."""
+    monkeypatch.chdir(tmp_path)
+    assert load_settings(environ={"EXECUTOR_HOME": "rel/home"}).home == tmp_path / "rel" / "home"
+    (tmp_path / "file").write_text("x")
+    for bad, needle in (("", "is empty"), (" ", "is empty"), (str(tmp_path / "file"), "not a folder")):
+        with pytest.raises(ConfigError, match=rf"home: .*{needle}"):
+            load_settings(environ={"EXECUTOR_HOME": bad})
