@@ -839,6 +839,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"{path} exists and is not a folder; name a folder for the executor's state")
             return path
         return value
+
     default_profile: str = "default"
     """Profile used when a session names none."""
     profiles: dict[str, Profile] = Field(

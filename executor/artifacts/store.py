@@ -805,7 +805,8 @@ class SessionArtifacts:
 
     @_index_errors
     def _evict(self, *, keep: frozenset[str]) -> None:
-        """Evict this session's oldest artifacts until its budgets hold (never a live or kept one)."""
+        """Evict this session's oldest artifacts until its budgets hold (never a kept one, nor one still being captured
+        by any process)."""
         store = self._store
         settings = store.settings
         store._purge_tombstones()
@@ -818,12 +819,14 @@ class SessionArtifacts:
         if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
             return  # within budget: the usual case, one row (the index keeps the totals) instead of every row
         rows = store._conn.execute(
-            "SELECT id, bytes_stored FROM artifacts WHERE session = ? ORDER BY seq", (self.session_id,)
+            "SELECT id, bytes_stored, status FROM artifacts WHERE session = ? ORDER BY seq", (self.session_id,)
         ).fetchall()
-        for artifact_id, stored in rows:
+        for artifact_id, stored, status in rows:
             if count <= settings.session_max_artifacts and total <= settings.session_max_bytes:
                 break
-            if artifact_id in keep or artifact_id in store._live:
+            if artifact_id in keep or artifact_id in store._live or status == "running":
+                # A running capture is another process's (a CLI call, a service next to this one) or one it left
+                # when it died, which the next open finalises: its writer still appends to the folder.
                 continue
             with store._tx() as conn:
                 conn.execute("DELETE FROM streams WHERE artifact = ?", (artifact_id,))

@@ -161,6 +161,22 @@ def test_an_artifact_another_process_evicted_reads_as_evicted_after_it_was_read(
             reader.read_output(first)
 
 
+def test_a_capture_another_process_is_writing_is_never_evicted(home: Path) -> None:
+    """Another store on the home (a CLI call beside a service) going past the count budget evicts its own finished
+    artifacts, never a capture still running in the first: that command's output and its end stay whole."""
+    settings = artifact_settings(session_max_artifacts=2)
+    with ArtifactStore.open(home, settings) as long_store, ArtifactStore.open(home, settings) as short_store:
+        session_id = new_session_id()
+        running = long_store.session(session_id).begin(kind="test", streams=("output",))
+        running.feed("output", b"first half\n")
+        short = short_store.session(session_id)
+        for i in range(4):
+            store_bytes(short, b"short %d\n" % i)
+        running.feed("output", b"second half\n")
+        record = running.finish(status="ok")
+        assert long_store.session(session_id).read_output(record.id).text == "first half\nsecond half\n"
+
+
 def test_an_empty_artifact_another_process_evicted_reads_as_evicted(home: Path) -> None:
     """An artifact without files (every stream empty), remembered after a read, reads as evicted once another store
     on the home evicted it."""
