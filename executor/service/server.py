@@ -8,11 +8,13 @@ removes its socket.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import signal
 import socket
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -99,8 +101,47 @@ async def serve(
     path = socket_path(settings)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _clear_stale(path)
-    clear_spools(settings.home / "tmp")  # one service per home: what is there, a killed one left
+    with _home_lock(settings.home):
+        _clear_stale(path)
+        clear_spools(settings.home / "tmp")  # one service per home: what is there, a killed one left
+        try:
+            await _serve(settings, path, api_key=api_key, settings_sha256=settings_sha256, task_status=task_status)
+        finally:
+            path.unlink(missing_ok=True)
+
+
+@contextmanager
+def _home_lock(home: Path) -> Iterator[None]:
+    """Hold the home's service lock while serving: one service per home, whatever socket each would listen on
+    (two started at once both passed the socket probe, and the one nobody reached still ran pools and gc).
+
+    Raises:
+        ExecutorError: another service holds it.
+    """
+    path = home / "run" / "service.lock"
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ExecutorError(
+                f"a service already runs for {home}; stop it first (one service per EXECUTOR_HOME)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+async def _serve(
+    settings: Settings,
+    path: Path,
+    *,
+    api_key: str | None,
+    settings_sha256: str | None,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    svc = settings.service
     config = hypercorn.config.Config()
     config.bind = [f"unix:{path}"]
     if svc.tcp:
@@ -116,21 +157,18 @@ async def serve(
         # starlette's ASGI type, which hypercorn spells differently
         app: Any = build_app(service, mcp=mcp, settings_sha256=settings_sha256)
         shutdown = trio.Event()
-        try:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with trio.open_nursery() as nursery:
-                    serving = partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown.wait, mode="asgi")
-                    try:
-                        bound: list[str] = await nursery.start(serving)
-                    except OSError as exc:
-                        raise ExecutorError(f"cannot listen on {', '.join(config.bind)}: {exc}") from exc
-                    path.chmod(0o600)
-                    task_status.started(bound)
-                    async for _ in signals:
-                        break
-                    await _shutdown(service, shutdown)
-        finally:
-            path.unlink(missing_ok=True)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                serving = partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown.wait, mode="asgi")
+                try:
+                    bound: list[str] = await nursery.start(serving)
+                except OSError as exc:
+                    raise ExecutorError(f"cannot listen on {', '.join(config.bind)}: {exc}") from exc
+                await trio.Path(path).chmod(0o600)
+                task_status.started(bound)
+                async for _ in signals:
+                    break
+                await _shutdown(service, shutdown)
 
 
 async def _shutdown(service: Service, shutdown: trio.Event) -> None:

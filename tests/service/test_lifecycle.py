@@ -203,9 +203,47 @@ def test_a_second_service_on_the_same_home_is_refused(service_factory: Any) -> N
         [sys.executable, "-m", "executor.cli", "serve"], env=service.env, capture_output=True, timeout=120, check=False
     )
     assert done.returncode == 125
-    assert b"already listens" in done.stderr
+    assert b"already" in done.stderr and b"one service per EXECUTOR_HOME" in done.stderr
+    elsewhere = {**service.env, "EXECUTOR_SERVICE__SOCKET": str(service.home / "other.sock")}
+    other = subprocess.run(
+        [sys.executable, "-m", "executor.cli", "serve"], env=elsewhere, capture_output=True, timeout=120, check=False
+    )
+    assert other.returncode == 125, other.stderr  # another socket, the same home: still one service
+    assert b"a service already runs for" in other.stderr
     with service.client() as client:
         assert client.health().status == "ok"
+
+
+def test_services_started_at_once_on_one_home_leave_one_running(tmp_path: Any) -> None:
+    """Two ``executor serve`` started at the same moment on one home: one serves, the other exits 125 (both used to
+    pass the socket probe and run, one of them reachable by nobody)."""
+    env = service_env(tmp_path)
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while all(start.poll() is None for start in starts):
+            assert time.monotonic() < deadline, "neither service refused"
+            time.sleep(0.05)
+        refused = next(start for start in starts if start.poll() is not None)
+        assert refused.returncode == 125
+        assert refused.stderr is not None and b"one service per EXECUTOR_HOME" in refused.stderr.read()
+        serving = next(start for start in starts if start is not refused)
+        assert serving.poll() is None
+    finally:
+        for start in starts:
+            if start.poll() is None:
+                start.send_signal(signal.SIGTERM)
+                start.wait(timeout=120)
+            if start.stderr is not None:
+                start.stderr.close()
 
 
 def test_a_restarted_service_finds_a_named_sessions_stored_idle_limit_and_enforces_it(service_factory: Any) -> None:
