@@ -266,6 +266,20 @@ _CREDENTIALS: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
     ("api_key", re.compile(r"\bsk-(?=[A-Za-z0-9_-]{0,512}\d)[A-Za-z0-9_-]{20,512}"), ("sk-",)),
     (
+        "stripe_key",
+        re.compile(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,255}"),
+        ("sk_live_", "sk_test_", "rk_l", "rk_t"),
+    ),
+    (
+        "netrc_password",
+        # .netrc: 'machine H login U password P' on one line, or a line of its own 'password P'.
+        re.compile(
+            r"(?im)(?P<keep>\b(?:machine|login|account|default)[ \t]+\S{1,256}[ \t]+password[ \t]+|^[ \t]*password[ \t]+"
+            r"(?=\S+[ \t]*$))(?!\[REDACTED|[\ud800-\ud80f])\S{1,256}"
+        ),
+        ("password",),
+    ),
+    (
         "bearer_token",
         re.compile(r"(?i)\b(?P<keep>bearer[ \t]+)(?!\[REDACTED|[\ud800-\ud80f])[A-Za-z0-9._~+/-]{12,}=*"),
         ("bearer",),

@@ -43,10 +43,10 @@ __all__ = ["Views", "orphans_note", "outcome_of", "run_header"]
 
 _RAW_MAX_LINES: Final = 100_000
 """Most lines of a raw stream a result carries (the display budget usually binds first)."""
-_KEY_LOOKBACK_LINES: Final = 512
+_KEY_LOOKBACK_LINES: Final = 8192
 """How far back a page or hit looks for the BEGIN line of a private key block it may be inside (a 16384-bit RSA
-key is about 200 lines)."""
-_KEY_LOOKBACK_CHARS: Final = 256 * 1024
+key is about 200 lines; an armoured PGP secret key with a photo can pass 3000)."""
+_KEY_LOOKBACK_CHARS: Final = 1024 * 1024
 """Most characters a page or hit reads back looking for that BEGIN line."""
 _EDGE_CONTEXT_BYTES: Final = 4096
 """How much of a line cut by a page's edge its redaction reads on the other side of the edge (a credential the

@@ -156,6 +156,13 @@ def test_judge_flagged_lines_are_marked() -> None:
             "git clone https://bob:[REDACTED:url_password]@example.test/r.git",
             "url_password",
         ),
+        ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "stripe [REDACTED:stripe_key]", "stripe_key"),
+        (
+            "machine api.example.test login bob password S3cr3tPw",
+            "machine api.example.test login bob password [REDACTED:netrc_password]",
+            "netrc_password",
+        ),
+        ("  password S3cr3tPw", "  password [REDACTED:netrc_password]", "netrc_password"),
     ],
 )
 def test_each_credential_kind_is_redacted(raw: str, shown: str, kind: str) -> None:
