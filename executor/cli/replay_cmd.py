@@ -6,8 +6,9 @@ Nothing recorded is executed and no approval is made. With this home's journal k
 verified and failures are reported by line; a journal this home cannot verify (no key, another home's key, unsigned)
 is replayed in an explicit *unverified* mode: the first line of the report and ``verification`` in JSON say so. Only
 regular files up to ``journal.max_file_bytes`` are read. Exit codes: 0 when the journal had valid records (even if
-some lines were refused); 2 for bad usage, an unreadable policy or journal file, or a journal with no valid record
-at all.
+some lines were refused); 1 (outcome ``failed``, the report still printed) when lines failed authentication with
+this home's key: forged or changed after the fact; 2 for bad usage, an unreadable policy or journal file, or a
+journal with no valid record at all.
 
 ``--json``: ``{"outcome": "completed", "exit_code": 0, "journal_errors": bool (some lines were refused; the report
 lists them), "journal", "verification", "verification_note", ...the report}``; a journal with no valid record is
@@ -73,7 +74,8 @@ def replay_command(
         fail(str(exc), code=EXIT_USAGE, json_mode=json_mode)
     report = trio.run(_run, read, settings, trust, loaded, checked_mode)
     unreadable = not read.records
-    code = EXIT_USAGE if unreadable else 0
+    forged = bool(read.failed_authentication)
+    code = EXIT_USAGE if unreadable else 1 if forged else 0
     message = f"no valid record could be read from {_clean(str(journal))}"
     data = {
         **({"error": message} if unreadable else {}),
@@ -91,11 +93,11 @@ def replay_command(
         f"{read.note}\n{text}",
         json_mode=json_mode,
         code=code,
-        outcome="error" if unreadable else "completed",
+        outcome="error" if unreadable else "failed" if forged else "completed",
     )
-    if unreadable:
-        if not json_mode:
-            typer.echo(f"error: {message}", err=True)
+    if unreadable and not json_mode:
+        typer.echo(f"error: {message}", err=True)
+    if code:
         raise typer.Exit(code)
 
 

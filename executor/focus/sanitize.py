@@ -274,8 +274,8 @@ _CREDENTIALS: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
         "netrc_password",
         # .netrc: 'machine H login U password P' on one line, or a line of its own 'password P'.
         re.compile(
-            r"(?im)(?P<keep>\b(?:machine|login|account|default)[ \t]+\S{1,256}[ \t]+password[ \t]+|^[ \t]*password[ \t]+"
-            r"(?=\S+[ \t]*$))(?!\[REDACTED|[\ud800-\ud80f])\S{1,256}"
+            r"(?im)(?P<keep>\b(?:machine|login|account|default)[ \t]+\S{1,256}[ \t]+password[ \t]+"
+            r"|^[ \t]*password[ \t]+(?=\S+[ \t]*$))(?!\[REDACTED|[\ud800-\ud80f])\S{1,256}"
         ),
         ("password",),
     ),

@@ -272,9 +272,10 @@ def test_forged_approval_and_execution_of_a_denied_action_are_reported(tmp_path:
     ]
     journal.write_bytes(b"".join([*lines[:4], *(f.model_dump_json().encode() + b"\n" for f in forged), *lines[4:]]))
     result = _invoke(["--json", "replay", str(journal)], home)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # a CI step checking the status sees the forgery
     data = json.loads(result.stdout)
-    assert data["verification"] == "verified" and data["outcome"] == "completed" and data["journal_errors"]
+    assert data["verification"] == "verified" and data["outcome"] == "failed" and data["journal_errors"]
+    assert data["exit_code"] == 1
     assert [(e["line"], e["code"]) for e in data["errors"]] == [(5, "unsigned"), (6, "unsigned"), (7, "unsigned")]
     text = _invoke(["replay", str(journal)], home).stdout
     # A journal with forged lines is not announced as verified: the headline says it failed.
