@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
@@ -88,7 +88,14 @@ class SessionPool:
                 lease = _Lease(session)
                 self._leases[key] = lease
                 task_status.started(lease)
-                await lease.closing.wait()
+                async with trio.open_nursery() as watch:
+                    if key[0] == "named":
+                        # A named session whose container went away (idle-stopped, stopped, died) is let go at
+                        # once: the next call attaches again, which recreates it on its kept workspace. (A default
+                        # session is not replaced behind the client's back: its files would be gone.)
+                        watch.start_soon(_set_when, session.wait_lost, lease.closing)
+                    await lease.closing.wait()
+                    watch.cancel_scope.cancel()
         except Exception:
             if lease is None:
                 raise  # not started yet: the tool call that asked for the session gets the error
@@ -98,3 +105,8 @@ class SessionPool:
                 if self._leases.get(key) is lease:
                     del self._leases[key]
                 lease.done.set()
+
+
+async def _set_when(happens: Callable[[], Awaitable[None]], event: trio.Event) -> None:
+    await happens()
+    event.set()

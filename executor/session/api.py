@@ -221,6 +221,10 @@ class SessionAPI(Protocol):
         """The owner token the session was opened with."""
         ...
 
+    async def wait_lost(self) -> None:
+        """Return once the session's sandbox is gone (its container stopped or died, or the session closed)."""
+        ...
+
     async def bash(
         self,
         command: str,

@@ -65,6 +65,11 @@ class FakeSession:
     closed_event: trio.Event = field(default_factory=trio.Event)
     asks: int = 0
     files: dict[str, bytes] = field(default_factory=dict)
+    lost: trio.Event = field(default_factory=trio.Event)
+    """Set to stand for the session's container going away."""
+
+    async def wait_lost(self) -> None:
+        await self.lost.wait()
 
     def _handler(self, given: HandlerChoice) -> ApprovalHandler | None:
         return self.default_handler if given is USE_DEFAULT else given
@@ -319,9 +324,10 @@ class FakeExecutor:
         image: str | None = None,
         idle_s: float | Literal["none"] | None = None,
     ) -> AsyncIterator[FakeSession]:
-        """A kept FakeSession (or a new one with ``create``), left running on exit."""
+        """A kept FakeSession (or a new one with ``create``, also in place of a kept one that was lost), left
+        running on exit."""
         session = self.kept.get(id_or_name)
-        if session is None and create:
+        if (session is None or session.lost.is_set()) and create:
             session = self._new(owner, id_or_name)
             self.kept[id_or_name] = session
         if session is None or session.owner != owner:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 import trio
+import trio.testing
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
@@ -207,6 +208,23 @@ async def test_named_session_is_created_once_then_attached() -> None:
     assert len(executor.sessions) == 1
     assert executor.kept["ci"].ran == ["echo first", "echo second"]
     assert not executor.kept["ci"].closed  # a named session is left running
+
+
+async def test_a_lost_named_session_is_attached_again_at_the_next_call() -> None:
+    """A named session whose container went away (idle-stopped, stopped elsewhere) is let go by the server, and the
+    next call attaches again, recreating it, instead of failing 'sandbox lost' until the server restarts."""
+    executor = FakeExecutor()
+    async with (
+        open_surface(executor, transport="stdio", session_name="ci") as surface,
+        Client(surface.server) as client,
+    ):
+        assert not (await client.call_tool("bash", {"command": "echo first"})).is_error
+        first = executor.kept["ci"]
+        first.lost.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not (await client.call_tool("bash", {"command": "echo second"})).is_error
+    assert first.ran == ["echo first"]
+    assert executor.kept["ci"] is not first and executor.kept["ci"].ran == ["echo second"]
 
 
 async def test_task_tools_round_trip(stdio_surface: tuple[McpSurface, FakeExecutor]) -> None:
