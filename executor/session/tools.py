@@ -350,7 +350,13 @@ class Session:
             return gated
         outcome: Outcome = "completed"
         data_out: dict[str, object] | None = None
-        abort_note = ("output", f"[write to {prepared.path} cancelled before it finished]".encode())
+        # The agent replaces the file by one atomic rename, which a cancel can come just after: the file then holds
+        # either its old content or the whole new one, and only reading it tells which.
+        abort_note = (
+            "output",
+            f"[write to {prepared.path} cancelled: it may or may not have been made (the file holds either its old "
+            "content or the whole new one); read the file to know]".encode(),
+        )
         async with self._gatekeeper.execution(  # the sanitized result below commits (Views.sanitize)
             action_id, kind="write_file", streams=("output",), on_abort=abort_note, commit_at_exit=False
         ) as execution:
