@@ -12,8 +12,9 @@ JSON shapes (``--json``; :mod:`executor.cli.shapes`, the same over a running ser
 * ``session ls``: ``{"outcome": "completed", "exit_code": 0, "sessions": [SESSION, ...]}``;
 * ``session stop ID``: ``{"outcome": "completed", "exit_code": 0, "stopped": "s-..."}``;
 * ``session gc``: ``{"outcome": "completed", "exit_code": 0, "removed": ["executor-s-...",
-  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...], "idle_stopped": [NAME, ...]}``
-  (named sessions stopped because they were idle past their limit; their workspaces are kept);
+  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...], "idle_stopped": [NAME, ...], "spools_removed": N}``
+  (named sessions stopped because they were idle past their limit, their workspaces kept; upload bodies a killed
+  service left, removed when no service runs for the home);
 * failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image,
   bad name, unknown session), 125 when the engine or the sandbox failed.
 
@@ -36,6 +37,7 @@ from executor.cli._common import EXIT_USAGE, emit, emit_done, fail, progress, st
 from executor.config import parse_idle_limit
 from executor.gate.judge import api_key_from
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
+from executor.service.lock import clear_unserved_spools
 from executor.session import open_executor
 
 app = typer.Typer(help="Start, list, stop and garbage-collect sessions.", no_args_is_help=True)
@@ -143,11 +145,19 @@ def gc(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
         return await backend.gc(all_homes=all_homes)
 
     report = _run(ctx, job)
+    # Upload bodies a killed service left spooled: nobody's once no service runs for the home.
+    spools = clear_unserved_spools(st.settings().home)
     lines = [f"stopped {name} (idle past its limit)" for name in report.idle_stopped]
     lines += [f"removed {name}" for name in report.removed]
     lines += [f"kept {name} (a named session's workspace; `executor session stop` deletes it)" for name in report.kept]
+    lines += [f"removed {spools} upload spool(s) a killed service left"] if spools else []
     emit_done(
-        {"removed": list(report.removed), "kept": list(report.kept), "idle_stopped": list(report.idle_stopped)},
+        {
+            "removed": list(report.removed),
+            "kept": list(report.kept),
+            "idle_stopped": list(report.idle_stopped),
+            "spools_removed": spools,
+        },
         "\n".join(lines) or "nothing to remove",
         json_mode=st.json,
     )

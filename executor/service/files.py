@@ -204,14 +204,17 @@ def spooled_body(directory: Path, limit: int) -> Iterator[BodySpool]:
         Path(name).unlink(missing_ok=True)
 
 
-def clear_spools(directory: Path) -> None:
+def clear_spools(directory: Path) -> int:
     """Remove the request bodies a killed service left spooled under ``directory`` (:func:`spooled_body`'s files;
-    the other spools are unlinked from the start)."""
+    the other spools are unlinked from the start); returns how many were removed."""
+    removed = 0
     with suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
             if entry.name.startswith(_BODY_PREFIX) and entry.is_file(follow_symlinks=False):
                 with suppress(OSError):
                     Path(entry.path).unlink()
+                    removed += 1
+    return removed
 
 
 def unlinked_file(directory: Path, *, prefix: str) -> int:

@@ -8,13 +8,11 @@ removes its socket.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -28,6 +26,7 @@ from executor.errors import ConfigError, ExecutorError
 from executor.service.app import build_app
 from executor.service.core import Service, open_service
 from executor.service.files import clear_spools
+from executor.service.lock import service_lock
 from executor.session import open_executor
 
 __all__ = ["no_tcp_tokens_error", "serve", "socket_path"]
@@ -101,36 +100,13 @@ async def serve(
     path = socket_path(settings)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with _home_lock(settings.home):
+    with service_lock(settings.home):
         _clear_stale(path)
         clear_spools(settings.home / "tmp")  # one service per home: what is there, a killed one left
         try:
             await _serve(settings, path, api_key=api_key, settings_sha256=settings_sha256, task_status=task_status)
         finally:
             path.unlink(missing_ok=True)
-
-
-@contextmanager
-def _home_lock(home: Path) -> Iterator[None]:
-    """Hold the home's service lock while serving: one service per home, whatever socket each would listen on
-    (two started at once both passed the socket probe, and the one nobody reached still ran pools and gc).
-
-    Raises:
-        ExecutorError: another service holds it.
-    """
-    path = home / "run" / "service.lock"
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ExecutorError(
-                f"a service already runs for {home}; stop it first (one service per EXECUTOR_HOME)"
-            ) from None
-        yield
-    finally:
-        os.close(fd)
 
 
 async def _serve(

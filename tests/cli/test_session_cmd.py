@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import fcntl
 import os
 import subprocess
 import sys
@@ -81,6 +82,23 @@ def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
     assert again.returncode == 2 and _json(again)["outcome"] == "error"
     gc = _json(_executor(home, "session", "gc"))
     assert (gc["outcome"], gc["exit_code"], gc["idle_stopped"]) == ("completed", 0, [])
+
+
+@pytest.mark.docker
+def test_gc_removes_the_upload_spools_of_a_killed_service_only_when_none_runs(home: Path) -> None:
+    """A service killed mid-upload leaves its spooled body under the home; gc removes it when no service runs for
+    the home, and leaves it while one holds the home's service lock (it may be reading it)."""
+    spool = home / "tmp" / "upload-left-by-a-killed-service"
+    spool.parent.mkdir(parents=True)
+    spool.write_bytes(b"x" * 1024)
+    lock = home / "run" / "service.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        gc = _json(_executor(home, "session", "gc"))
+        assert gc["spools_removed"] == 0 and spool.exists()
+    gc = _json(_executor(home, "session", "gc"))
+    assert gc["spools_removed"] == 1 and not spool.exists()
 
 
 def test_unknown_profile_is_bad_input(home: Path) -> None:
