@@ -12,7 +12,8 @@ JSON shapes (``--json``; :mod:`executor.cli.shapes`, the same over a running ser
 * ``session ls``: ``{"outcome": "completed", "exit_code": 0, "sessions": [SESSION, ...]}``;
 * ``session stop ID``: ``{"outcome": "completed", "exit_code": 0, "stopped": "s-..."}``;
 * ``session gc``: ``{"outcome": "completed", "exit_code": 0, "removed": ["executor-s-...",
-  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...], "idle_stopped": [NAME, ...], "spools_removed": N}``
+  "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...], "idle_stopped": [NAME, ...],
+  "spools_removed": N}``
   (named sessions stopped because they were idle past their limit, their workspaces kept; upload bodies a killed
   service left, removed when no service runs for the home);
 * failures: ``{"outcome": "error", "error": "...", "exit_code": N}``: 2 for bad input (unknown profile or image,
