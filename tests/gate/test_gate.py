@@ -403,6 +403,7 @@ async def test_rewrites_of_a_hook_or_git_config_write_are_refused(default_policy
         "find . -name '*.py' -exec grep -l x {} +",
         "nice -n 5 make",
         "git clean -xn",
+        "mkdir -p .git/hooks",
     ],
 )
 async def test_reading_git_files_and_everyday_writes_stay_allowed(default_policy: Policy, command: str) -> None:

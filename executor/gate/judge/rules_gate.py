@@ -448,11 +448,12 @@ def _assess_generated_code(parsed: ParsedCommand, findings: Findings) -> None:
 _MENTION = re.compile(r"[^\s'\"<>|;&()=`]+")
 """A word of a command's text that may be a path (inside quotes and option values too)."""
 _WRITERS = frozenset(
-    {"cp", "mv", "ln", "install", "rsync", "tee", "touch", "truncate", "chmod", "chown", "chgrp", "mkdir", "rm",
-     "rmdir", "dd", "tar", "bsdtar", "unzip", "cpio", "patch", "ed", "ex", "vi", "vim", "nano", "emacs",
-     "xargs", "make", "shred", "mkfifo", "mknod", "curl", "wget", "split", "csplit", "gzip", "gunzip", "zip"}
+    {"cp", "mv", "ln", "install", "rsync", "tee", "touch", "truncate", "chmod", "chown", "chgrp", "rm", "dd", "tar",
+     "bsdtar", "unzip", "cpio", "patch", "ed", "ex", "vi", "vim", "nano", "emacs", "xargs", "make", "shred",
+     "mkfifo", "mknod", "curl", "wget", "split", "csplit", "gzip", "gunzip", "zip"}
 )  # fmt: skip
-"""Commands that write files their arguments, their stdin or their options may name."""
+"""Commands that write files their arguments, their stdin or their options may name (making or removing a folder
+writes no content: ``mkdir -p .git/hooks`` is no hook)."""
 _GIT_WRITERS = frozenset(
     {"checkout", "switch", "restore", "reset", "stash", "merge", "pull", "apply", "am", "cherry-pick", "revert",
      "read-tree", "checkout-index", "rebase", "worktree", "clone", "config", "init", "submodule", "mv", "rm",
