@@ -383,12 +383,12 @@ class ReadQuery(_Wire):
 class SearchQuery(_Wire):
     """Query of ``GET .../artifacts/{artifact_id}/search``."""
 
-    pattern: str = Field(min_length=1, max_length=1000)
+    pattern: str = Field(min_length=1, max_length=100_000)  # artifacts.pattern_max_chars bounds it below
     """A regular expression, matched line by line."""
     stream: str | None = None
     """The stream (default: every stream, in order)."""
-    limit: int = Field(20, ge=1, le=1000)
-    """Most matches returned."""
+    limit: int = Field(20, ge=1, le=10_000)
+    """Most matches returned (the artifact store's own bound, so both CLI paths take the same values)."""
     start_line: int = Field(1, ge=1)
     """Resume from this line."""
 

@@ -58,6 +58,12 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(eith
         assert data["page"]["next_start_line"] == 251
         assert data["text"].startswith("25: 25\n250: 250\n")
 
+        # Both paths take the store's bounds: a limit up to 10000 (the service took at most 1000), not one past it.
+        many = cli(home, "output", "search", artifact, "--pattern", "^25", "--limit", "5000", "--json")
+        assert many.code == 0 and many.json()["matches"] == 11, many.stdout
+        too_many = cli(home, "output", "search", artifact, "--pattern", "^25", "--limit", "10001", "--json")
+        assert too_many.code == 2 and "limit" in too_many.json()["error"], too_many.stdout
+
         in_stderr = cli(home, "output", "search", artifact, "--pattern", "red")
         assert in_stderr.code == 0 and "red" in in_stderr.stdout
         nothing = cli(home, "--json", "output", "search", artifact, "--pattern", "^never$")
@@ -76,8 +82,8 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(eith
     assert "\x1b" not in red.stdout and "red" in red.json()["text"]
     assert "\x1b" not in red.json()["text"]
     # Reading goes through the pipeline: each page's sanitize judgment is journaled in the session's journal.
-    # read; search (stdout, stderr) three times and once with --stream; read
-    assert _judgments(home, session, artifact) == judged_by_exec + 9
+    # read; search (stdout, stderr) four times and once with --stream; read
+    assert _judgments(home, session, artifact) == judged_by_exec + 11
 
 
 def test_unknown_ids_and_bad_ranges_exit_2(home: Path) -> None:
