@@ -40,7 +40,18 @@ class OutputTools:
             line_count=line_count,
             start_byte_in_line=start_byte_in_line,
         )
-        text = await self._views.sanitize(self._views.read_page(page), artifact_id=artifact_id)
+        shown = self._views.read_page(page)
+        task_id = self._artifacts.detached_task(artifact_id)
+        if task_id is not None:
+            # Still the cut-short mirror: the task has not ended yet (else current() led to its whole output).
+            hint = self._views.hints.task_read(task_id, session_id=self._views.session_id)
+            note = (
+                f"[task {task_id} is still running: this artifact holds what was mirrored of its output before the "
+                f"process that started it ended; {hint} reads the task's output now, and this id leads to its whole "
+                "output once it has ended]"
+            )
+            shown = note if page.empty_source else f"{note}\n{shown}"
+        text = await self._views.sanitize(shown, artifact_id=artifact_id)
         return ToolResult(
             tool="read_output",
             outcome="completed",

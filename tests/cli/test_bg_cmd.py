@@ -92,6 +92,29 @@ def test_background_task_lifecycle(either_home: Path) -> None:
         assert unknown.code == 2 and "no background task" in unknown.json()["error"]
 
 
+def test_the_artifact_bg_start_names_says_where_a_running_tasks_output_is(either_home: Path) -> None:
+    """In-process, the CLI that started a task is gone at once and its mirror artifact with it: read while the task
+    runs, that artifact says so and names the call that reads the task's output (it said 'empty source: the command
+    wrote nothing'). Over a service the artifact mirrors the task and holds its output."""
+    home = either_home
+    with named_session(home) as name:
+        started = cli(home, "--json", "bg", "start", "--session", name, "--create", "--", "echo early; sleep 60")
+        assert started.code == 0, started.stdout
+        task, artifact = started.json()["task_id"], started.json()["artifact_id"]
+        deadline = time.monotonic() + 30
+        while cli(home, "--json", "bg", "read", task, "--session", name).json()["end"] == 0:
+            assert time.monotonic() < deadline
+        paged = cli(home, "--json", "output", "read", artifact)
+        assert paged.code == 0, paged.stdout
+        if home.joinpath("service.sock").exists():
+            assert "early" in paged.json()["text"]
+        else:
+            text = paged.json()["text"]
+            assert f"task {task} is still running" in text and f"executor bg read {task}" in text, text
+            assert "wrote nothing" not in text
+        cli(home, "bg", "stop", task, "--session", name)
+
+
 def test_background_tasks_need_a_session(either_home: Path) -> None:
     """Without --session, bg commands exit 2 before starting anything."""
     home = either_home
