@@ -360,10 +360,17 @@ class Executor:
                     finally:
                         nursery.cancel_scope.cancel()
             except BaseException as exc:
-                reason = f"error: {type(exc).__name__}"
+                reason = f"error: {_leaf_name(exc)}"
                 raise
             finally:
                 journal.emit(SessionClosed(reason=reason))
+
+
+def _leaf_name(exc: BaseException) -> str:
+    """The class name of what ended a session: the one exception a group wraps (the nursery's), else the group's."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return type(exc).__name__
 
 
 def _idle_choice(idle_s: float | Literal["none"] | None) -> float | Literal["none", "default"]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 
@@ -19,10 +21,13 @@ async def test_a_caller_s_own_error_leaves_the_session_block_unwrapped(engine_se
     try:
         async with open_executor(engine_settings) as ex, ex.open_session() as session:
             await session.bash("true")
+            journal = session.journal_path
             raise mine
     except ValueError as exc:
         caught = exc
     assert caught is mine
+    closed = json.loads(journal.read_text().splitlines()[-1])
+    assert (closed["type"], closed["reason"]) == ("session_closed", "error: ValueError")  # not the nursery's group
 
 
 async def test_an_executor_error_leaves_the_session_block_unwrapped(engine_settings: Settings) -> None:
