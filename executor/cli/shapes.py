@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from executor.ids import is_session_id
+
 __all__ = [
     "EXIT_BLOCKED",
     "EXIT_DENIED",
@@ -88,7 +90,10 @@ def exit_code_for(outcome: str, command_exit_code: int | None) -> int:
 
 
 def missing_session_message(name: str) -> str:
-    """What a ``--session NAME`` that does not exist says (without ``--create``)."""
+    """What a ``--session NAME`` that does not exist says (without ``--create``); a session id is never a name to
+    start, so it is told only where the home's sessions are listed."""
+    if is_session_id(name):
+        return f"no session {name}; `executor session ls` lists this home's sessions"
     return (
         f"no session {name!r}: add --create to start it, or run `executor session start --name {name}` first "
         "(`executor session ls` lists this home's sessions)"

@@ -82,6 +82,10 @@ def test_exit_codes_in_a_named_session(either_home: Path) -> None:
         missing_json = cli(home, "exec", "--json", "--session", name, "--", "true")
         assert missing_json.code == 2 and missing_json.json()["outcome"] == "error"
         assert "--create" in missing_json.json()["error"]
+        for create in ((), ("--create",)):  # an id is never created, nor is a name of its shape suggested
+            by_id = cli(home, "exec", "--session", "s-0123456789ab", *create, "--", "true")
+            assert by_id.code == 2 and by_id.stderr.count("\n") == 1, by_id.stderr
+            assert "session ls" in by_id.stderr and "--name s-0123456789ab" not in by_id.stderr
 
         failed = cli(home, "exec", "--session", name, "--create", "--", "echo out; echo err >&2; exit 3")
         assert (failed.code, failed.stdout, failed.stderr) == (3, "out\n", "err\n")

@@ -180,6 +180,16 @@ def test_two_homes_and_a_named_session_that_survives_a_stop(base_image: str, hom
     assert name not in {s["name"] for s in _json(_executor(home, "session", "ls"))["sessions"]}
 
 
+def _containers(session_id: str) -> list[str]:
+    """The ids of the containers of one session (running or not)."""
+    return subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=executor.session={session_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+
+
 @pytest.mark.docker
 def test_a_named_session_whose_container_died_is_recreated_by_create(base_image: str, either_home: Path) -> None:
     """A named session's container killed under it (held by a service or not): without --create the call says it
@@ -192,12 +202,7 @@ def test_a_named_session_whose_container_died_is_recreated_by_create(base_image:
     session_id = _json(started)["session"]["id"]
     try:
         assert _executor(home, "exec", "--session", name, "--", "echo kept > f").returncode == 0
-        containers = subprocess.run(
-            ["docker", "ps", "-q", "--filter", f"label=executor.session={session_id}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
+        containers = _containers(session_id)
         assert len(containers) == 1
         subprocess.run(["docker", "kill", *containers], capture_output=True, check=True)
         deadline = time.monotonic() + 60
@@ -228,13 +233,7 @@ def test_a_recreated_named_session_keeps_the_profile_it_was_made_with(base_image
     session_id = _json(started)["session"]["id"]
 
     def remove_container() -> None:
-        containers = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=executor.session={session_id}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        subprocess.run(["docker", "rm", "-f", *containers], capture_output=True, check=True)
+        subprocess.run(["docker", "rm", "-f", *_containers(session_id)], capture_output=True, check=True)
 
     def profile() -> str:
         listed = _json(_executor(home, "session", "ls"))["sessions"]

@@ -40,6 +40,7 @@ from executor.cli.thin.transport import (
     segment,
 )
 from executor.durations import parse_idle_limit
+from executor.ids import is_session_id
 
 __all__ = ["EXEC_FRAMES", "Usage", "parse", "run_thin"]
 
@@ -355,9 +356,10 @@ class _Client:
         except ServiceError as exc:
             if exc.type not in ("SessionNotFound", "SessionNotRunning") or exc.status != 404:
                 raise
-            if not (create_allowed and "--create" in parsed.flags):
+            if not (create_allowed and "--create" in parsed.flags) or is_session_id(name):
                 if exc.type == "SessionNotRunning":
                     raise  # it says how to start it again
+                # (An id is never created: a typo, or a session that is gone.)
                 raise ServiceError(404, "SessionNotFound", shapes.missing_session_message(name)) from None
         taken = self.ensure(name, parsed)
         try:
