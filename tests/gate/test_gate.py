@@ -409,3 +409,12 @@ async def test_rewrites_of_a_hook_or_git_config_write_are_refused(default_policy
 async def test_reading_git_files_and_everyday_writes_stay_allowed(default_policy: Policy, command: str) -> None:
     outcome = await _gate(default_policy).evaluate(bash(command), session_id="s1")
     assert outcome.decision == "allow", outcome.reasons
+
+
+async def test_a_direct_write_into_the_git_directory_is_asked_about(default_policy: Policy) -> None:
+    """git's own state (info/attributes, info/exclude) is asked about like .gitattributes; hooks stay denied."""
+    for action in (write("/workspace/.git/info/attributes"), bash("echo x > .git/info/exclude")):
+        outcome = await _gate(default_policy).evaluate(action, session_id="s1")
+        assert outcome.decision == "ask", outcome.reasons
+    plain = await _gate(default_policy).evaluate(write("/workspace/.gitattributes"), session_id="s1")
+    assert plain.decision == "ask"

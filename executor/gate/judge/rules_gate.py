@@ -186,6 +186,10 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
         ):
             findings.raise_to("sensitive_path", 3, f"writes git hooks or git config ({path}), which run on the host")
             return
+        # Anything else in the git directory (info/attributes, info/exclude, refs...) is git's own state: git
+        # writes it; a person reviews a direct write.
+        findings.raise_to("sensitive_path", 1, f"writes inside the git directory ({path})")
+        return
     if len(parts) >= 2 and parts[-2] == "hooks" and name == "*":
         findings.raise_to("sensitive_path", 2, f"writes files it cannot name into a hooks folder ({path})")
         return
