@@ -295,7 +295,7 @@ def recover_stream(folder: Path | str, name: str, published: StreamState, cap: i
     )
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     """Write all of ``data`` at ``offset``; a short write (a disk filling up) is continued until it fails outright,
     so the bytes accounted for are exactly the bytes on disk."""
     view = memoryview(data)
@@ -349,6 +349,9 @@ class _StreamWriter:
             self.idx = os.path.join(self.folder, f"{self.name}.idx")
             self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             self.opened = True
+        # The rest of a chunk is passed on as a view: a slice of bytes is a copy, and one per ring step of a
+        # frame-sized chunk made the capture's peak memory a few chunks deep.
+        view = memoryview(data)
         if self.head_len < self.head_cap:
             take = min(len(data), self.head_cap - self.head_len)
             part = data[:take]
@@ -357,9 +360,9 @@ class _StreamWriter:
             self.head_len += take
             self.head_newlines += part.count(b"\n")
             self.head_ends_nl = part[-1:] == b"\n"
-            data = data[take:]
-        while data:
-            data = self._ring(data)
+            view = view[take:]
+        while view:
+            view = self._ring(view)
 
     def _written(self, part: bytes) -> None:
         self.newlines += part.count(b"\n")
@@ -389,11 +392,11 @@ class _StreamWriter:
                         size = os.fstat(self.idx_fd).st_size
                         os.ftruncate(self.idx_fd, size - size % _CP.size)
 
-    def _ring(self, data: bytes) -> bytes:
+    def _ring(self, data: memoryview) -> memoryview:
         base = self.head_cap
         if self.ring_len < self.ring_cap:
             take = min(len(data), self.ring_cap - self.ring_len)
-            part = data[:take]
+            part = bytes(data[:take])
             _pwrite_all(self.fd, part, base + self.ring_len)
             self._linear(part)
             self.ring_len += take
@@ -407,8 +410,9 @@ class _StreamWriter:
                 self.last_nl_before_tail = self._last_nl_below(tail_start)
         take = min(len(data), self.ring_cap - self.ring_w)
         old = os.pread(self.fd, take, base + self.ring_w)
-        _pwrite_all(self.fd, data[:take], base + self.ring_w)
-        self._written(data[:take])
+        part = bytes(data[:take])
+        _pwrite_all(self.fd, part, base + self.ring_w)
+        self._written(part)
         # The overwritten bytes are true positions [total - ring_cap, total - ring_cap + take).
         oldest = self.total - self.ring_cap
         self.dropped_bytes += take
