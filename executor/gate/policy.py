@@ -78,7 +78,7 @@ from executor.config import GateSettings, Profile, parse_toml, plain_validation_
 from executor.errors import ConfigError
 from executor.gate.decision import strictest
 from executor.gate.env import ENV_CLASSES, EnvClass, classify_env, split_assignment
-from executor.gate.shell import SHELLS, ParsedCommand, parse_command, resolve_target
+from executor.gate.shell import PROGRAM_SHELLS, ParsedCommand, parse_command, resolve_target
 from executor.models import BashAction, Decision, WriteAction
 
 __all__ = [
@@ -416,9 +416,7 @@ class Policy:
                             justification=path_rule.justification,
                         )
                     )
-            if action.stdin_program is not None and any(
-                name in SHELLS or name in ("su", "source", ".") for name in parsed.stdin_readers
-            ):
+            if action.stdin_program is not None and any(name in PROGRAM_SHELLS for name in parsed.stdin_readers):
                 # A shell the command runs reads the supplied stdin as its program: the rules apply to it as to
                 # the command itself ('bash' with a script on stdin is no way around them).
                 program = action.model_copy(
@@ -441,10 +439,6 @@ class Policy:
         found.sort(key=lambda match: order[match.decision])
         decision = strictest(*(match.decision for match in found)) if found else None
         return StaticVerdict(policy=self.name, policy_sha256=self.sha256, decision=decision, matches=tuple(found))
-
-
-_PROGRAM_SHELLS = SHELLS | {"su", "source", "."}
-"""What reads a program in shell: its stdin program is a command for the rules."""
 
 
 def _fill(text: str, workspace: str, home: str) -> str:

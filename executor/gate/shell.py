@@ -40,7 +40,10 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "GIT_HOOK_NAMES",
+    "GIT_TREE_WRITERS",
+    "PROGRAM_SHELLS",
     "SHELLS",
+    "STARTUP_NAMES",
     "GeneratedCode",
     "ParsedCommand",
     "WriteTarget",
@@ -62,6 +65,13 @@ _NOT_SIMPLE = re.compile(r"[;&|<>()$`\\{}\x00-\x08\x0a-\x1f\x7f]")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
 """The shells the gate knows by name (their `-c` strings, and the programs they read, are read as commands)."""
+PROGRAM_SHELLS = SHELLS | {"su", "source", "."}
+"""What runs a program in shell: a program it reads (stdin, a pipe) is a command to judge as one."""
+STARTUP_NAMES = frozenset(
+    {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
+     ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".gitconfig"}
+)  # fmt: skip
+"""Shell start-up and git config files of a home: what they hold runs in every later shell or git call."""
 _RESERVED = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time"})
 # Wrapper -> how many non-option arguments it takes before the wrapped command.
 _WRAPPERS: dict[str, int] = {
@@ -137,8 +147,8 @@ may be a hook, whichever folder git is told to use."""
 _MAX_UNWRAPPED = 24
 """Most forms one segment unwraps into."""
 _CARED_NAMES = (
-    ".git", "hooks", "config", "config.worktree", ".ssh", "authorized_keys", ".bashrc", ".bash_profile",
-    ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile", ".gitconfig", "sudoers", *sorted(GIT_HOOK_NAMES),
+    ".git", "hooks", "config", "config.worktree", ".ssh", "authorized_keys", "sudoers", *sorted(STARTUP_NAMES),
+    *sorted(GIT_HOOK_NAMES),
 )  # fmt: skip
 """The path names a write target's glob is checked against: what it may match of them is judged as written."""
 
@@ -663,7 +673,7 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
     elif name == "git":
         # 'git --work-tree=DIR checkout ...' writes the checked-out files into DIR.
         trees = _option_values(args, "", ("--work-tree",))
-        if trees and any(arg in _GIT_TREE_WRITERS for arg in args):
+        if trees and any(arg in GIT_TREE_WRITERS for arg in args):
             for tree in trees:
                 reading.target(posixpath.join(tree, "*"), "git")
     if name not in _NOT_OUTPUT_OPTION:
@@ -679,7 +689,7 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
 
 _IN_PLACE = re.compile(r"^-(?!-)[A-Za-z]*i")
 """A short option cluster holding ``-i`` (sed, perl, ruby: edit the named files in place)."""
-_GIT_TREE_WRITERS = frozenset(
+GIT_TREE_WRITERS = frozenset(
     {"checkout", "switch", "restore", "reset", "stash", "merge", "pull", "apply", "am", "cherry-pick", "revert",
      "read-tree", "checkout-index", "rebase", "worktree", "clone"}
 )  # fmt: skip

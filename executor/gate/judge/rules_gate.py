@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 
 from executor.gate.env import risky_env
 from executor.gate.policy import git_dir_alias
-from executor.gate.shell import GIT_HOOK_NAMES, ParsedCommand, parse_command, resolve_target, target_variants
+from executor.gate.shell import (
+    GIT_HOOK_NAMES,
+    GIT_TREE_WRITERS,
+    PROGRAM_SHELLS,
+    STARTUP_NAMES,
+    ParsedCommand,
+    parse_command,
+    resolve_target,
+    target_variants,
+)
 from executor.models import Answer, JudgmentRequest
 
 __all__ = ["Findings", "answer", "assess_command", "assess_path", "find_instructions"]
@@ -83,7 +92,6 @@ _FETCH_TO_SHELL = re.compile(
     r"\b(curl|wget|fetch)\b[^|;&\n]{0,512}\|\s{0,8}(sudo\s{1,8})?(\S{0,64}/)?((ba|da|z|k|a)?sh|python[0-9.]*|perl|ruby"
     r"|node|php)\b|\b((ba|da|z|k)?sh|source|\.)\s{1,8}<\(\s{0,8}(curl|wget)|(\$\(|`)\s{0,8}(curl|wget)"
 )
-_SHELL_RUNNERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox", "su", "source", "."})
 _DECODE_SUBST = re.compile(r"\$\([^)]{0,512}\b(base64|xxd|printf|rev|openssl)\b")
 _PIPE_TO_SHELL = re.compile(r"\|\s{0,8}(sudo\s{1,8})?(\S{0,64}/)?(ba|da|z|k|a)?sh(\s|$)")
 _ESCAPES = re.compile(r"\\x[0-9a-fA-F]{2}|\\[0-7]{3}|\\u[0-9a-fA-F]{4}|\$'[^']{0,512}\\")
@@ -155,13 +163,6 @@ class Findings:
         return out
 
 
-_STARTUP_NAMES = frozenset(
-    {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
-     ".zlogin", ".kshrc", ".cshrc", ".tcshrc", ".gitconfig"}
-)  # fmt: skip
-"""Shell start-up and git config files of a home: what they hold runs in every later shell or git call."""
-
-
 def _under(path: str, root: str) -> bool:
     root = root.rstrip("/") or "/"
     return root == "/" or path == root or path.startswith(root + "/")
@@ -200,7 +201,7 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
         findings.raise_to("sensitive_path", 3, f"writes {path}")
         findings.raise_to("privilege", 3, "changes sudo rules")
         return
-    if name in _STARTUP_NAMES or ".ssh" in parts:
+    if name in STARTUP_NAMES or ".ssh" in parts:
         findings.raise_to("sensitive_path", 2, f"writes a start-up, ssh or git config file ({path})")
         return
     top = parts[1] if len(parts) > 1 else ""
@@ -424,7 +425,7 @@ def _assess_stdin_program(
         return
     in_git = ".git" in cwd.split("/")
     for reader in parsed.stdin_readers:
-        if reader in _SHELL_RUNNERS:
+        if reader in PROGRAM_SHELLS:
             assess_command(program, findings, workspace=workspace, home=home, cwd=cwd, env=env)
         else:
             _assess_code(reader, program, findings, in_git=in_git)
@@ -445,7 +446,7 @@ def _assess_generated_code(parsed: ParsedCommand, findings: Findings) -> None:
             findings.raise_to("obfuscation", 3, "runs code fetched from the network without showing it")
         elif sources & _DECODERS:
             findings.raise_to("obfuscation", 3, "decodes a payload straight into a shell or interpreter")
-        elif generated.runner in _SHELL_RUNNERS:
+        elif generated.runner in PROGRAM_SHELLS:
             findings.raise_to("obfuscation", 2, "pipes generated text into a shell")
 
 
@@ -458,11 +459,8 @@ _WRITERS = frozenset(
 )  # fmt: skip
 """Commands that write files their arguments, their stdin or their options may name (making or removing a folder
 writes no content: ``mkdir -p .git/hooks`` is no hook)."""
-_GIT_WRITERS = frozenset(
-    {"checkout", "switch", "restore", "reset", "stash", "merge", "pull", "apply", "am", "cherry-pick", "revert",
-     "read-tree", "checkout-index", "rebase", "worktree", "clone", "config", "init", "submodule", "mv", "rm",
-     "update-index", "hook", "archive"}
-)  # fmt: skip
+_GIT_WRITERS = GIT_TREE_WRITERS | {"config", "init", "submodule", "mv", "rm", "update-index", "hook", "archive"}
+"""Git subcommands that write files: into the work tree, or git's own (config, hooks)."""
 
 
 def _mentioned(word: str) -> tuple[int, str] | None:
@@ -476,7 +474,7 @@ def _mentioned(word: str) -> tuple[int, str] | None:
                 return 2, "git hooks or git config"
             if part == "hooks" and after and after[0] in GIT_HOOK_NAMES:
                 return 2, "a git hook"
-        if parts and (parts[-1] in _STARTUP_NAMES or ".ssh" in parts):
+        if parts and (parts[-1] in STARTUP_NAMES or ".ssh" in parts):
             return 2, "a start-up or ssh file"
     return None
 
@@ -485,17 +483,13 @@ def _assess_mentions(command: str, parsed: ParsedCommand, findings: Findings) ->
     """A command that can write and names git hooks, git config or a start-up file anywhere in its text (an
     argument handed on by xargs, a path inside a string run by another tool) may write it in a way the reading
     above does not follow: a floor under those ways, not a reading of them."""
-    writes = any(not target.word.startswith("/dev/") for target in parsed.write_targets)
-    for name, *args in parsed.candidates:
-        if writes:
-            break
-        if (
-            name in _WRITERS
-            or _INTERPRETERS.match(name)
-            or name in _SHELL_RUNNERS
-            or (name == "git" and any(arg in _GIT_WRITERS for arg in args))
-        ):
-            writes = True
+    writes = any(not target.word.startswith("/dev/") for target in parsed.write_targets) or any(
+        name in _WRITERS
+        or _INTERPRETERS.match(name)
+        or name in PROGRAM_SHELLS
+        or (name == "git" and any(arg in _GIT_WRITERS for arg in args))
+        for name, *args in parsed.candidates
+    )
     if not writes:
         return
     for word in _MENTION.findall(command[:_SCAN_LIMIT]):
