@@ -48,13 +48,9 @@ def clear_unserved_spools(home: Path) -> int:
     """Remove the upload bodies a killed service left under ``home`` when no service runs for it; returns how many
     were removed (none while a service holds the lock: its spools are in use)."""
     if not (home / "run").is_dir():
-        return 0
-    fd = _open(home)
+        return 0  # no service ever ran here
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return 0
-        return clear_spools(home / "tmp")
-    finally:
-        os.close(fd)
+        with service_lock(home):
+            return clear_spools(home / "tmp")
+    except ExecutorError:
+        return 0
