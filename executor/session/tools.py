@@ -7,6 +7,7 @@ capture/journal bracket (``Gatekeeper.execution``), and presents the stored resu
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import shlex
@@ -176,13 +177,14 @@ class Session:
         exec_argv: tuple[str, ...] | None = None,
     ) -> tuple[str, ToolResult | None]:
         """Gate the exact run ``spec``; returns its action id and, unless it may run, the result to return."""
+        stdin_sha256, stdin_program = await _stdin_facts(spec, self._settings.gate.stdin_program_max_bytes)
         action = BashAction(
             session_id=self.id,
             command=spec.command,
             cwd=spec.cwd,
             env=spec.env,
-            stdin_sha256=await _stdin_sha256(spec.stdin),
-            stdin_program=await _stdin_program(spec, self._settings.gate.stdin_program_max_bytes),
+            stdin_sha256=stdin_sha256,
+            stdin_program=stdin_program,
             timeout_ms=spec.timeout_ms,
             exec_argv=exec_argv,
         )
@@ -729,32 +731,24 @@ def _refusal_data(exc: WriteError) -> dict[str, object]:
     return {"error": names.get(code, type(exc).__name__), "errno": code}
 
 
-async def _stdin_sha256(stdin: bytes | StdinFile | None) -> str | None:
-    """The hex SHA-256 of a run's stdin; a file's is read in a thread (it may be large)."""
+async def _stdin_facts(spec: RunSpec, max_bytes: int) -> tuple[str | None, str | None]:
+    """A run's stdin's hex SHA-256, and the stdin as text when the command runs a shell or interpreter that reads
+    its program from it (UTF-8 of at most ``max_bytes``; else None). A file is read once, in a thread."""
+    stdin = spec.stdin
     if stdin is None:
-        return None
+        return None, None
+    wanted = bool(parse_command(spec.command).stdin_readers)
     if isinstance(stdin, bytes):
-        return hashlib.sha256(stdin).hexdigest()
-    return await trio.to_thread.run_sync(_file_sha256, stdin)
-
-
-async def _stdin_program(spec: RunSpec, max_bytes: int) -> str | None:
-    """A run's stdin as text when the command runs a shell or interpreter that reads its program from it (and it is
-    UTF-8 of at most ``max_bytes``); None otherwise."""
-    if spec.stdin is None or not parse_command(spec.command).stdin_readers:
-        return None
-    if isinstance(spec.stdin, bytes):
-        data: bytes | None = spec.stdin if len(spec.stdin) <= max_bytes else None
+        data = stdin
+    elif wanted and stdin.size <= max_bytes:
+        data = (await trio.to_thread.run_sync(Path(stdin.path).read_bytes))[: stdin.size]
     else:
-        source = spec.stdin
-        data = await trio.to_thread.run_sync(Path(source.path).read_bytes) if source.size <= max_bytes else None
-        data = None if data is None else data[: source.size]
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+        return await trio.to_thread.run_sync(_file_sha256, stdin), None
+    program = None
+    if wanted and len(data) <= max_bytes:
+        with contextlib.suppress(UnicodeDecodeError):
+            program = data.decode("utf-8")
+    return hashlib.sha256(data).hexdigest(), program
 
 
 def _file_sha256(source: StdinFile) -> str:
