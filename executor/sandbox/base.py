@@ -133,6 +133,7 @@ class Backend(ABC):
         name: str | None = None,
         owner: str | None = None,
         pooled: bool = False,
+        held: bool = False,
         idle_limit_s: float | Literal["none", "default"] = "default",
     ) -> SessionInfo:
         """Create the session's workspace volume and container, start it, and wait until the agent accepts a
@@ -147,6 +148,10 @@ class Backend(ABC):
         :meth:`list_sessions` and :meth:`find_session` until :meth:`claim_session` gives it its owner. ``name`` and
         ``owner`` must be None then.
 
+        ``held`` marks an unnamed session this process removes when it is done with it (not one kept for later
+        calls): should the process be killed first, :meth:`gc` in any process of the home removes it at once instead
+        of leaving it to ``agent.orphan_exit_s``. ``name`` must be None then.
+
         Raises:
             SessionRejected: ``name`` is malformed; SessionNameTaken (a SessionRejected): it is used by a live
                 session, or kept for another owner.
@@ -157,9 +162,12 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def claim_session(self, session_id: str, *, owner: str | None) -> None:
+    async def claim_session(self, session_id: str, *, owner: str | None, held: bool = False) -> None:
         """Give a pooled session its owner and make it visible to :meth:`list_sessions` and :meth:`find_session`
         (the owner is kept host-side: a container's labels cannot change). No engine call: it must be fast.
+
+        ``held``: this process removes the session when done with it (see :meth:`open_session`); should the process
+        be killed first, :meth:`gc` removes it. Without it a claimed session is kept until stopped.
 
         Raises:
             SessionNotFound: malformed id.

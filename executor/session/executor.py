@@ -186,7 +186,7 @@ class Executor:
             entry = await pool.claim()
             info = entry.info
             try:
-                await self.backend.claim_session(info.id, owner=owner)
+                await self.backend.claim_session(info.id, owner=owner, held=not keep)
                 info = info.model_copy(update={"owner": owner, "pooled": True})
                 opened = self._session(info, chosen, policy, entry.client, pool_created_at=entry.created_wall)
                 async with _sole_errors_around(opened) as session:
@@ -211,7 +211,12 @@ class Executor:
                     profile_name, chosen = self._profile(_kept_profile(kept, profile), image)
                     policy = self._policy(chosen)
             info = await self.backend.open_session(
-                profile=chosen, profile_name=profile_name, name=name, owner=owner, idle_limit_s=_idle_choice(idle_s)
+                profile=chosen,
+                profile_name=profile_name,
+                name=name,
+                owner=owner,
+                held=name is None and not keep,
+                idle_limit_s=_idle_choice(idle_s),
             )
         try:
             async with _sole_errors_around(self._connect(info, chosen, policy)) as session:

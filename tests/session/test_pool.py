@@ -264,16 +264,21 @@ async def test_failing_engine_backs_off_and_fails_the_waiting_open(home: Path, s
 
 
 def _start_child(home: Path, profile: str, orphan_exit_s: float) -> subprocess.Popen[str]:
+    return _spawn_child(home, profile, orphan_exit_s, "pool")[0]
+
+
+def _spawn_child(home: Path, profile: str, orphan_exit_s: float, mode: str) -> tuple[subprocess.Popen[str], str]:
+    """The child of ``_pool_child`` once ready, and what it said after ``ready`` (its session's id)."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.session._pool_child", str(home), profile, str(orphan_exit_s)],
+        [sys.executable, "-m", "tests.session._pool_child", str(home), profile, str(orphan_exit_s), mode],
         cwd=_REPO,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert child.stdout is not None
-    line = child.stdout.readline()
-    assert line == "ready\n", line
-    return child
+    word, _, rest = child.stdout.readline().partition(" ")
+    assert word.strip() == "ready", (word, rest)
+    return child, rest.strip()
 
 
 async def _gc(backend: Backend) -> GcReport:
@@ -331,6 +336,39 @@ async def test_gc_reaps_a_dead_process_pool_and_spares_a_live_one(home: Path, se
     async with open_executor(settings) as executor:
         assert await _containers(executor.backend, profile) == []
     assert list((home / "pools").glob("*.lock")) == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "reaped"), [("held", True), ("claimed", True), ("kept", False), ("claimed-kept", False)]
+)
+async def test_gc_reaps_the_unnamed_session_of_a_killed_process_unless_it_was_kept(
+    home: Path, session_agent_dir: Path, mode: str, reaped: bool
+) -> None:
+    """An unnamed session opened for a call (cold or claimed from a pool) whose process is SIGKILLed is reaped by the
+    next gc, not left running until agent.orphan_exit_s; while its process lives, gc leaves it alone. One kept on
+    purpose (``keep=True``, as ``session start`` makes it) outlives its process."""
+    profile = _profile_name()
+    child, session_id = await trio.to_thread.run_sync(_spawn_child, home, profile, 600.0, mode)
+    settings = _settings(home, session_agent_dir, "default", pool={}, docker={"gc_on_start": False})
+    async with open_executor(settings) as executor:
+        try:
+            assert (await executor.backend.find_session(session_id)).state == "running"
+            await _gc(executor.backend)
+            assert (await executor.backend.find_session(session_id)).state == "running"
+        finally:
+            _kill(child)
+        try:
+            await _gc(executor.backend)
+            ids = {row["Labels"]["executor.session"] for row in await _containers(executor.backend, profile)}
+            assert (session_id not in ids) is reaped
+            if reaped:
+                assert ids == set()  # and the pool's unclaimed one with it
+            else:
+                assert (await executor.backend.find_session(session_id)).state == "running"
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(60):
+                for row in await _containers(executor.backend, profile):
+                    await executor.backend.stop_session(row["Labels"]["executor.session"])
 
 
 _CACHE_RULE = (

@@ -42,6 +42,7 @@ from executor.sandbox.docker.hardening import (
     AGENT_PATH,
     AGENT_SOCKET,
     LABEL_CREATED,
+    LABEL_HOLDER,
     LABEL_HOME,
     LABEL_IDLE,
     LABEL_NAME,
@@ -76,6 +77,7 @@ _SESSION_LABELS: Final = frozenset(
         LABEL_TRANSPORT,
         LABEL_HOME,
         LABEL_POOL,
+        LABEL_HOLDER,
         LABEL_IDLE,
     }
 )
@@ -284,11 +286,14 @@ class DockerBackend(Backend):
             data = json.loads(self._claim_path(session_id).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return {"owner": data.get("owner")} if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        return {"owner": data.get("owner"), "held": "yes" if data.get("held") is True else None}
 
-    def _pool_lease(self) -> str:
-        """This backend's pool token: a lock file under ``<home>/pools`` held for the backend's lifetime, so that
-        gc in any process can tell a live pool's waiting sessions from a dead one's."""
+    def _process_lease(self) -> str:
+        """This backend's lease token: a lock file under ``<home>/pools`` held for the backend's lifetime, so that
+        gc in any process can tell the sessions a live process holds (a warm pool's waiting ones, the unnamed ones it
+        removes when done) from those of a process that is gone."""
         if self._lease is None:
             token = secrets.token_hex(8)
             folder = self.settings.home / "pools"
@@ -322,12 +327,15 @@ class DockerBackend(Backend):
         name: str | None = None,
         owner: str | None = None,
         pooled: bool = False,
+        held: bool = False,
         idle_limit_s: float | Literal["none", "default"] = "default",
     ) -> SessionInfo:
         """See :meth:`Backend.open_session`."""
         reuse: SessionInfo | None = None
         if pooled and (name is not None or owner is not None):
             raise ValueError("a pooled session gets no name or owner until it is claimed")
+        if held and name is not None:
+            raise ValueError("a named session outlives its process: it is never held")
         if name is not None:
             validate_session_name(name)
             same = [s for s in await self.list_sessions() if s.name == name]
@@ -374,7 +382,9 @@ class DockerBackend(Backend):
             else:
                 labels[LABEL_IDLE] = _idle_label(None if idle_limit_s == "none" else idle_limit_s)
         if pooled:
-            labels[LABEL_POOL] = self._pool_lease()
+            labels[LABEL_POOL] = self._process_lease()
+        elif held:
+            labels[LABEL_HOLDER] = self._process_lease()
         run_dir: Path | None = None
         if reuse is not None:
             await self._remove(session_id, graceful=False, keep_volume=True)
@@ -489,7 +499,7 @@ class DockerBackend(Backend):
         state: dict[str, Any] = data.get("State") or {}
         return state
 
-    async def claim_session(self, session_id: str, *, owner: str | None) -> None:
+    async def claim_session(self, session_id: str, *, owner: str | None, held: bool = False) -> None:
         """See :meth:`Backend.claim_session`."""
         path = self._claim_path(session_id)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -499,7 +509,7 @@ class DockerBackend(Backend):
         except FileExistsError:
             raise ValueError(f"pooled session {session_id} was already claimed") from None
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"owner": owner, "claimed_at": _now().isoformat(timespec="seconds")}, handle)
+            json.dump({"owner": owner, "claimed_at": _now().isoformat(timespec="seconds"), "held": held}, handle)
 
     async def image_id(self, image: str) -> str | None:
         """See :meth:`Backend.image_id`."""
@@ -698,10 +708,14 @@ class DockerBackend(Backend):
             state = row.get("State", "")
             age = (now - _parse_created(labels.get(LABEL_CREATED))).total_seconds()
             reap = state in ("exited", "dead") or (state == "created" and age >= min_age)
-            lease = labels.get(LABEL_POOL, "")
-            if not reap and lease in dead_leases and self._read_claim(session_id) is None:
-                # A warm pool's unclaimed session whose process is gone: nobody will ever claim it.
+            if not reap and labels.get(LABEL_HOLDER, "") in dead_leases:
+                # An unnamed session whose process was killed before it could remove it: nobody has it any more.
                 reap = True
+            if not reap and labels.get(LABEL_POOL, "") in dead_leases:
+                # A warm pool's session whose process is gone: unclaimed, nobody will ever claim it; claimed by that
+                # process for a call (not kept), nobody has it any more.
+                claim = self._read_claim(session_id)
+                reap = claim is None or claim.get("held") is not None
             if not reap:
                 live.add(session_id)
                 continue

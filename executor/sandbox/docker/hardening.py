@@ -22,6 +22,7 @@ __all__ = [
     "AGENT_PATH",
     "AGENT_SOCKET",
     "LABEL_CREATED",
+    "LABEL_HOLDER",
     "LABEL_HOME",
     "LABEL_IDLE",
     "LABEL_NAME",
@@ -75,10 +76,13 @@ LABEL_HOME: Final = "executor.home"
 """The identity of the executor home that owns a session (a hash of its resolved path): listing, attaching,
 stopping and clean-up act on their own home's sessions unless told otherwise (``--all``)."""
 LABEL_POOL: Final = "executor.pool"
+"""On a warm pool's session: the token of the process's lease (``<home>/pools/<token>.lock``, held locked)."""
+LABEL_HOLDER: Final = "executor.holder"
+"""On an unnamed session its process removes when done with it: the token of that process's lease (as on a pooled
+session), so that gc in any process reaps it once the process is gone (killed before it could remove it)."""
 LABEL_IDLE: Final = "executor.idle_limit_s"
 """A named session's idle limit: seconds (``"3600"``) or ``"none"``; absent on unnamed sessions and on sessions
 made before idle limits existed (no limit)."""
-"""On a warm pool's session: the token of the process's pool lease (``<home>/pools/<token>.lock``, held locked)."""
 
 
 REGISTER_RUNSC: Final = "images/register-runsc.sh"
