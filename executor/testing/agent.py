@@ -174,8 +174,8 @@ def children_of(pid: int) -> list[tuple[int, str]]:
 
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _SYSCALLS = {
-    "x86_64": {"setfsuid": 122, "setfsgid": 123, "capget": 125, "capset": 126},
-    "aarch64": {"capget": 90, "capset": 91, "setfsuid": 151, "setfsgid": 152},
+    "x86_64": {"setresuid": 117, "setresgid": 119, "setfsuid": 122, "setfsgid": 123, "capget": 125, "capset": 126},
+    "aarch64": {"capget": 90, "capset": 91, "setresuid": 147, "setresgid": 149, "setfsuid": 151, "setfsgid": 152},
 }
 
 

@@ -326,20 +326,43 @@ static void read_cmdline(pid_t pid, char *out, size_t outlen)
     out[n] = '\0';
 }
 
-/* Whether /proc/PID/environ holds the exact entry NUL "EXECUTOR_RUN_TAG=tag" NUL.
- * The file is mode 0400 owned by the process and guarded by a ptrace check: the agent keeps neither
- * DAC_OVERRIDE nor SYS_PTRACE, so it opens it with its filesystem ids switched to the process's own. */
-/* setfsuid/setfsgid return the previous id whether or not they succeeded: a second call with the same id returns
- * the id now in force, which is how a switch is verified. */
-static int set_fsids(uid_t uid, gid_t gid)
+/* Whether setfsuid/setfsgid work here: this runsc answers them ENOSYS (asking with -1 changes nothing and returns
+ * the current id, which is the effective one). */
+static int fsids_work(void)
 {
-    setfsgid(gid);
-    setfsuid(uid);
-    return (uid_t)setfsuid(uid) == uid && (gid_t)setfsgid(gid) == gid ? 0 : -1;
+    static int known = -1;
+    if (known < 0)
+        known = (uid_t)setfsuid((uid_t)-1) == geteuid() && (gid_t)setfsgid((gid_t)-1) == getegid();
+    return known;
+}
+
+/* Take a command's ids to open one of its files, or (`back`) return to ours; 0 when the ids in force are verified to
+ * be the ones asked for. setfsuid/setfsgid return the previous id whether or not they succeeded: a second call with
+ * the same id returns the id now in force, which is how a switch is verified. Where setfsuid is missing the
+ * effective ids are switched instead: the real and saved ids stay ours (0), so switching back needs no capability,
+ * and the kernel copies the permitted capabilities back into the effective set when the effective uid returns to 0.
+ * The group goes first on the way out (CAP_SETGID is gone once the effective uid is not 0), last on the way back. */
+static int switch_ids(uid_t uid, gid_t gid, int back)
+{
+    if (fsids_work()) {
+        setfsgid(gid);
+        setfsuid(uid);
+        return (uid_t)setfsuid(uid) == uid && (gid_t)setfsgid(gid) == gid ? 0 : -1;
+    }
+    if (back) {
+        if (seteuid(uid) != 0 || setegid(gid) != 0)
+            return -1;
+    } else if (setegid(gid) != 0 || seteuid(uid) != 0) {
+        return -1;
+    }
+    return geteuid() == uid && getegid() == gid ? 0 : -1;
 }
 
 static void shutdown_all(void);
 
+/* Whether /proc/PID/environ holds the exact entry NUL "EXECUTOR_RUN_TAG=tag" NUL.
+ * The file is mode 0400 owned by the process and guarded by a ptrace check: the agent keeps neither
+ * DAC_OVERRIDE nor SYS_PTRACE, so it opens it with its ids switched to the process's own. */
 static int environ_has(const struct pstat *ps, const char *needle, size_t nlen)
 {
     char path[64];
@@ -347,9 +370,9 @@ static int environ_has(const struct pstat *ps, const char *needle, size_t nlen)
     uid_t my_uid = geteuid();
     gid_t my_gid = getegid();
     int fd = -1;
-    if (set_fsids(ps->uid, ps->gid) == 0)
+    if (switch_ids(ps->uid, ps->gid, 0) == 0)
         fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (set_fsids(my_uid, my_gid) != 0) {
+    if (switch_ids(my_uid, my_gid, 1) != 0) {
         /* Every file the agent touches from here on would be checked against a command's ids: stop (the session
          * ends with its processes) rather than run with an identity that is not ours. */
         logmsg("executor-agent: cannot restore the filesystem ids to %d:%d: exiting\n", (int)my_uid, (int)my_gid);

@@ -595,23 +595,26 @@ def test_the_agent_stops_when_it_cannot_drop_its_capabilities(asan_agent: Path, 
     assert not sock.exists() and "listening on" not in log
 
 
+_ESCAPEE = (
+    "setsid -f sh -c 'echo $$ > escapee.pid; exec sleep 30' >/dev/null 2>&1 </dev/null; "
+    "while [ ! -s escapee.pid ]; do :; done; echo started"
+)
+"""A setsid escapee leaves the run's group, so the agent reads its environ to find the run tag. The shell ends only
+once the escapee is in its own session (it writes its pid after setsid), so the run cannot end through the group kill
+alone."""
+
+
 @pytest.mark.skipif(os.uname().machine not in _SECCOMP_MACHINES, reason="seccomp table has x86_64 and aarch64")
 async def test_the_agent_stops_when_it_cannot_restore_its_filesystem_ids(asan_agent: Path) -> None:
-    """A filesystem-id switch that cannot be verified (setfsuid refused) stops the agent, sweeping what ran: exit 4."""
-    live = start_agent(asan_agent, preexec_fn=seccomp_deny("setfsuid", "setfsgid"))
+    """An id switch that cannot be verified (setfsuid refused, and the effective ids it falls back to as well) stops
+    the agent, sweeping what ran: exit 4."""
+    live = start_agent(asan_agent, preexec_fn=seccomp_deny("setfsuid", "setfsgid", "setresuid", "setresgid"))
     try:
-        # A setsid escapee leaves the run's group, so the agent reads its environ to find the run tag. The shell
-        # ends only once the escapee is in its own session (it writes its pid after setsid), so the run cannot end
-        # through the group kill alone.
-        spec = live.spec(
-            "setsid -f sh -c 'echo $$ > escapee.pid; exec sleep 30' >/dev/null 2>&1 </dev/null; "
-            "while [ ! -s escapee.pid ]; do :; done; echo started"
-        )
         lost = False
         try:
             with trio.fail_after(20):
                 async with open_agent_unix(live.socket, timeout_s=10) as agent_client:
-                    await agent_client.run(spec, Capture())
+                    await agent_client.run(live.spec(_ESCAPEE), Capture())
         except* (AgentError, SandboxLost):
             lost = True
         assert lost, "the run completed although the agent could not restore its filesystem ids"
@@ -620,6 +623,24 @@ async def test_the_agent_stops_when_it_cannot_restore_its_filesystem_ids(asan_ag
         assert code == 4, log
         assert "cannot restore the filesystem ids to 0:0: exiting" in log
         assert not [pid for pid, _ in children_of(live.proc.pid)]
+    finally:
+        stop_agent(live)
+        shutil.rmtree(live.root, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.uname().machine not in _SECCOMP_MACHINES, reason="seccomp table has x86_64 and aarch64")
+async def test_without_setfsuid_the_agent_reads_an_escapee_through_its_effective_ids(asan_agent: Path) -> None:
+    """Where setfsuid and setfsgid fail (gVisor's runsc answers them ENOSYS) the agent switches its effective ids to
+    read an escapee's environ, finds it by its run tag, kills it, and comes back to serve the next run."""
+    live = start_agent(asan_agent, preexec_fn=seccomp_deny("setfsuid", "setfsgid"))
+    try:
+        with trio.fail_after(20):
+            async with open_agent_unix(live.socket, timeout_s=10) as agent_client:
+                result = await agent_client.run(live.spec(_ESCAPEE), Capture())
+                assert [p.cmd for p in result.orphans_killed] == ["sleep 30"], result
+                again = await agent_client.run(live.spec("echo again"), Capture())
+                assert again.exit_code == 0
+        assert live.proc.poll() is None, live.stderr()
     finally:
         stop_agent(live)
         shutil.rmtree(live.root, ignore_errors=True)

@@ -109,6 +109,24 @@ async def test_setsid_double_fork_is_found_and_killed(session: Session) -> None:
     assert "alive=0" in (await session.bash(_alive("304"))).text
 
 
+async def test_an_escapee_outside_the_group_is_found_by_its_tag_and_the_session_lives_on(session: Session) -> None:
+    """A process that left the run's process group and session before the run ended is found by its run tag (the
+    agent reads its environ as the session user: under runsc through its effective ids, setfsuid being missing there)
+    and killed; the agent survives, and so does a background task of the session running meanwhile."""
+    task = await session.start_task("sleep 307")
+    task_id = str((task.data or {})["task_id"])
+    result = await session.bash(
+        "setsid bash -c 'echo $$ > /tmp/escaped; exec sleep 306' </dev/null >/dev/null 2>&1 &"
+        " while [ ! -s /tmp/escaped ]; do sleep 0.01; done; echo out"
+    )
+    assert result.outcome == "completed" and result.run is not None, result.text
+    assert any("sleep 306" in p.cmd for p in result.run.orphans_killed), result.run
+    after = await session.bash(_alive("306"))
+    assert after.outcome == "completed" and "alive=0" in after.text
+    assert (await session.read_task(task_id)).data["running"] is True  # type: ignore[index]
+    await session.stop_task(task_id)
+
+
 async def test_env_i_daemon_is_swept_when_the_session_closes(executor: Executor) -> None:
     """A daemon started under `env -i` (no tag) is killed at the latest when the session closes."""
     async with executor.open_session(keep=True) as first:
