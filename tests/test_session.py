@@ -243,26 +243,42 @@ async def test_background_task_streams_become_an_artifact(make_settings: Callabl
         assert "tick 1" in page.text
 
 
-async def test_a_container_removed_mid_run_is_sandbox_lost(make_settings: Callable[..., Settings]) -> None:
-    """Removing the container while a command runs gives cause sandbox_lost, never a success."""
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_a_container_gone_mid_run_is_never_a_success(make_settings: Callable[..., Settings], how: str) -> None:
+    """A session stopped while a command runs (by any process of the home: here the backend, as another process's
+    `session stop` does) cancels the command and says so; a container that dies under it (killed outside the
+    executor: it stays, exited) is a lost sandbox. Neither is a success, and neither has a command status."""
     settings = make_settings()
     async with open_executor(settings) as ex, ex.open_session(keep=True) as session:
-        async with trio.open_nursery() as nursery:
+        try:
+            async with trio.open_nursery() as nursery:
 
-            async def remove_once_running() -> None:
-                # Remove the container only once the command has started (its mark exists), not after a guess.
-                probe = ["docker", "exec", f"executor-{session.id}", "test", "-e", "/tmp/started"]
-                with trio.fail_after(30):
-                    while True:
-                        if (await trio.run_process(probe, check=False, capture_stderr=True)).returncode == 0:
-                            break
-                        await trio.sleep(0.05)
+                async def end_once_running() -> None:
+                    # Only once the command has started (its mark exists), not after a guess.
+                    probe = ["docker", "exec", f"executor-{session.id}", "test", "-e", "/tmp/started"]
+                    with trio.fail_after(30):
+                        while True:
+                            if (await trio.run_process(probe, check=False, capture_stderr=True)).returncode == 0:
+                                break
+                            await trio.sleep(0.05)
+                    if how == "stop":
+                        await ex.backend.stop_session(session.id)
+                    else:
+                        await trio.run_process(["docker", "kill", f"executor-{session.id}"], capture_stdout=True)
+
+                nursery.start_soon(end_once_running)
+                result = await session.bash("touch /tmp/started; echo begun; sleep 30")
+        finally:
+            with trio.CancelScope(shield=True):
                 await ex.backend.stop_session(session.id)
-
-            nursery.start_soon(remove_once_running)
-            result = await session.bash("touch /tmp/started; sleep 30")
-        assert result.outcome == "error"
-        assert result.run is not None and result.run.cause == "sandbox_lost"
+    assert result.exit_code is None and "begun" in (result.stdout or "")
+    assert result.run is not None
+    if how == "stop":
+        assert (result.outcome, result.run.cause) == ("cancelled", "cancelled")
+        assert "the session was stopped; the whole process group was killed" in result.text
+    else:
+        assert (result.outcome, result.run.cause) == ("error", "sandbox_lost")
+        assert "sandbox lost" in result.text and "stopped" not in result.text
 
 
 async def test_artifacts_of_another_session_are_not_found(make_settings: Callable[..., Settings]) -> None:

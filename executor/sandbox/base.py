@@ -224,6 +224,17 @@ class Backend(ABC):
         """
 
     @abstractmethod
+    async def was_stopped(self, session_id: str) -> bool:
+        """Whether the session is being stopped or is gone (a stop in any process of the home, its idle limit, or its
+        container removed): a run whose agent went away was then cut short on purpose, not lost to a failure (a
+        container that died on its own is still there, exited).
+
+        Raises:
+            SessionNotFound: malformed id.
+            EngineUnavailable: no engine answers.
+        """
+
+    @abstractmethod
     async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:
         """Every session of this executor home (of every home with ``all_homes``), of all owners or only
         ``owner``'s, in any state, oldest first; a named session whose container is gone but whose workspace is

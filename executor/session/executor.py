@@ -359,6 +359,7 @@ class Executor:
                         nursery=nursery,
                         approval_handler=self.approval_handler,
                         surface=self.surface,
+                        was_stopped=functools.partial(self.backend.was_stopped, info.id),
                     )
                     try:
                         yield session

@@ -68,8 +68,9 @@ def outcome_of(result: RunResult) -> Outcome:
     return "error"
 
 
-def run_header(result: RunResult, spec_timeout_ms: int | None, grace_ms: int) -> str:
-    """The one-line header above a run's view: how it ended and after how long."""
+def run_header(result: RunResult, spec_timeout_ms: int | None, grace_ms: int, *, stopped: bool = False) -> str:
+    """The one-line header above a run's view: how it ended and after how long (``stopped``: the session was stopped
+    under it)."""
     seconds = f"{result.duration_ms / 1000:.2f}s"
     if result.cause == "exited":
         head = f"[exit {result.exit_code} after {seconds}]"
@@ -83,7 +84,8 @@ def run_header(result: RunResult, spec_timeout_ms: int | None, grace_ms: int) ->
             f"{grace_ms} ms; partial output is kept]"
         )
     elif result.cause == "cancelled":
-        head = f"[cancelled after {seconds}: the whole process group was killed; partial output is kept]"
+        why = "the session was stopped; " if stopped else ""
+        head = f"[cancelled after {seconds}: {why}the whole process group was killed; partial output is kept]"
     elif result.cause == "unresponsive":
         head = (
             f"[sandbox unresponsive: no answer from the agent after {seconds} (past the deadline + grace + drain + "

@@ -25,6 +25,7 @@ from executor.errors import (
     AgentError,
     ApprovalRequired,
     CommandRejected,
+    ExecutorError,
     SandboxLost,
     SpawnFailed,
     WriteError,
@@ -82,8 +83,14 @@ class Session:
         nursery: trio.Nursery,
         approval_handler: ApprovalHandler | None,
         surface: Surface = "python",
+        was_stopped: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
+        """``was_stopped`` tells whether the session is being stopped or gone (:meth:`Backend.was_stopped`): a run
+        that then loses its agent is reported cancelled by the stop, not as a lost sandbox."""
         self.info = info
+        self._was_stopped = was_stopped
+        self._stopped = False
+        """The session was found stopped under a run (it stays so)."""
         self.profile = profile
         self._client = client
         self._journal = journal
@@ -139,6 +146,14 @@ class Session:
     def journal_path(self) -> Path:
         """The session's decision journal (ndjson)."""
         return self._journal.path
+
+    async def _lost(self, elapsed_ms: float) -> RunResult:
+        """The result of a run whose agent went away: cancelled when the session was being stopped (by any process
+        of the home, or its idle limit), else a lost sandbox."""
+        if not self._stopped and self._was_stopped is not None:
+            with contextlib.suppress(ExecutorError):
+                self._stopped = await self._was_stopped()
+        return _lost(elapsed_ms, stopped=self._stopped)
 
     async def wait_lost(self) -> None:
         """Return once the connection to the session's agent is gone (its container died, or the session closed):
@@ -251,15 +266,7 @@ class Session:
                 execution.finish(status="rejected")
                 raise rejected from None
             except SandboxLost:
-                result = RunResult(
-                    cause="sandbox_lost",
-                    exit_code=None,
-                    signal=None,
-                    duration_ms=execution.elapsed_ms(),
-                    cpu_ms=0.0,
-                    max_rss_kb=0,
-                    stream_bytes={},
-                )
+                result = await self._lost(execution.elapsed_ms())
             record = execution.finish(
                 status="ok" if result.cause == "exited" else result.cause,
                 cause=result.cause,
@@ -269,7 +276,7 @@ class Session:
         view = await self._views.present_run(
             record.id, command=command, mode=focus_mode or self._settings.focus.mode, intent=intent
         )
-        parts = [run_header(result, spec.timeout_ms, spec.grace_ms), view]
+        parts = [run_header(result, spec.timeout_ms, spec.grace_ms, stopped=self._stopped), view]
         if note := orphans_note(result):
             parts.append(note)
         if note := limits_note(result, self.profile):
@@ -290,7 +297,7 @@ class Session:
             action_id=action_id,
             artifact_id=record.id,
             run=result,
-            exit_code=None if result.cause in ("sandbox_lost", "unresponsive") else result.display_code,
+            exit_code=None if result.exit_code is None and result.signal is None else result.display_code,
         )
 
     async def write_file(
@@ -451,7 +458,7 @@ class Session:
             try:
                 result = await self._client.run(run_spec, sink, argv=spawn)
             except SandboxLost:
-                result = _lost(execution.elapsed_ms())
+                result = await self._lost(execution.elapsed_ms())
             except AgentError as exc:
                 rejected = cwd_rejection(exc, spec.cwd)
                 if rejected is not None:
@@ -480,12 +487,13 @@ class Session:
             )
         return ExecResult(
             outcome=outcome_of(result),
-            exit_code=None if result.cause == "sandbox_lost" else result.display_code,
+            # No status when the agent never reported one (the sandbox lost, or the session stopped under the run).
+            exit_code=None if result.exit_code is None and result.signal is None else result.display_code,
             stdout=bytes(sink.data["stdout"]),
             stderr=bytes(sink.data["stderr"]),
             stdout_truncated="stdout" in sink.overflow,
             stderr_truncated="stderr" in sink.overflow,
-            text=run_header(result, spec.timeout_ms, spec.grace_ms),
+            text=run_header(result, spec.timeout_ms, spec.grace_ms, stopped=self._stopped),
             action_id=action_id,
             artifact_id=record.id,
             run=result,
@@ -712,9 +720,9 @@ class _TeeSink:
         buf += data
 
 
-def _lost(elapsed_ms: float) -> RunResult:
+def _lost(elapsed_ms: float, *, stopped: bool) -> RunResult:
     return RunResult(
-        cause="sandbox_lost",
+        cause="cancelled" if stopped else "sandbox_lost",
         exit_code=None,
         signal=None,
         duration_ms=elapsed_ms,

@@ -254,6 +254,10 @@ class DockerBackend(Backend):
         # sandbox may clear its own mark.
         return self.settings.home / "run" / f"{validate_session_id(session_id)}.unhealthy"
 
+    def _stopping_path(self, session_id: str) -> Path:
+        # Beside the run folder too: a command cannot forge it.
+        return self.settings.home / "run" / f"{validate_session_id(session_id)}.stopping"
+
     def mark_unhealthy(self, session_id: str, reason: str) -> None:
         """See :meth:`Backend.mark_unhealthy`."""
         path = self._unhealthy_path(session_id)
@@ -563,22 +567,38 @@ class DockerBackend(Backend):
         validate_session_id(session_id)
         await self._remove(session_id, graceful=True, keep_volume=keep_workspace)
 
+    async def was_stopped(self, session_id: str) -> bool:
+        """See :meth:`Backend.was_stopped`."""
+        if await trio.to_thread.run_sync(self._stopping_path(session_id).exists):
+            return True
+        return await self._state(session_id) is None
+
     async def _remove(self, session_id: str, *, graceful: bool, keep_volume: bool = False) -> None:
         name = container_name(session_id)
         api = self.engine.client.api
         state = await self._state(session_id)
         if state is not None:
-            if graceful and state.get("Running"):
-                try:
-                    timeout = self.settings.docker.stop_timeout_s
-                    await self.engine.call(
-                        lambda: api.stop(name, timeout=timeout), what=f"stop {name}", idempotent=True
+            stopping = self._stopping_path(session_id)
+            try:
+                if graceful and state.get("Running"):
+                    # Marked before the agent gets its SIGTERM: a process whose run loses the agent now learns
+                    # (was_stopped) that the session was stopped, not lost. Unmarked once the container is gone.
+                    await trio.to_thread.run_sync(_make_private_dir, stopping.parent)
+                    await trio.to_thread.run_sync(stopping.touch)
+                    try:
+                        timeout = self.settings.docker.stop_timeout_s
+                        await self.engine.call(
+                            lambda: api.stop(name, timeout=timeout), what=f"stop {name}", idempotent=True
+                        )
+                    except (SessionNotFound, EngineError):
+                        pass  # force removal below settles it
+                await _ignore_missing(
+                    self.engine.call(
+                        lambda: api.remove_container(name, force=True), what=f"remove {name}", idempotent=True
                     )
-                except (SessionNotFound, EngineError):
-                    pass  # force removal below settles it
-            await _ignore_missing(
-                self.engine.call(lambda: api.remove_container(name, force=True), what=f"remove {name}", idempotent=True)
-            )
+                )
+            finally:
+                await trio.to_thread.run_sync(stopping.unlink, True)
         volume = volume_name(session_id)
         if not keep_volume:
             await _ignore_missing(
