@@ -30,6 +30,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from executor.durations import parse_idle_limit
+from executor.environ import is_setting
 from executor.errors import ConfigError
 from executor.ids import is_image_ref
 
@@ -934,7 +935,7 @@ def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     layer: dict[str, Any] = {}
     for name, raw in environ.items():
-        if not name.startswith("EXECUTOR_") or name == "EXECUTOR_CONFIG":
+        if not is_setting(name):
             continue
         path = [part.lower() for part in name[len("EXECUTOR_") :].split("__")]
         value: Any = raw

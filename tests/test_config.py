@@ -324,3 +324,13 @@ def test_home_is_made_absolute_and_must_be_a_folder(tmp_path: Path, monkeypatch:
     for bad, needle in (("", "is empty"), (" ", "is empty"), (str(tmp_path / "file"), "not a folder")):
         with pytest.raises(ConfigError, match=rf"home: .*{needle}"):
             load_settings(environ={"EXECUTOR_HOME": bad})
+
+
+def test_the_client_variables_are_not_settings() -> None:
+    """EXECUTOR_URL and EXECUTOR_TOKEN (the service a CLI talks to) and EXECUTOR_CONFIG are not settings: loading
+    settings with them in the environment works and takes nothing from them; another unknown EXECUTOR_ name is still
+    refused."""
+    environ = {"EXECUTOR_URL": "unix:///nowhere.sock", "EXECUTOR_TOKEN": "t" * 20, "EXECUTOR_GATE__TRUST": "2"}
+    assert load_settings(environ=environ).gate.trust == 2
+    with pytest.raises(ConfigError, match="urll"):
+        load_settings(environ={"EXECUTOR_URLL": "x"})

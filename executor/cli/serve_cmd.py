@@ -16,6 +16,7 @@ import typer
 
 from executor.cli._common import EXIT_FAILURE, EXIT_USAGE, fail, state
 from executor.config import Settings
+from executor.environ import environment_digest
 from executor.errors import ConfigError, ExecutorError
 from executor.gate.judge import api_key_from
 
@@ -28,7 +29,9 @@ def serve(ctx: typer.Context) -> None:
     # What clients compare their own settings file with (it was just read whole, so it can be read again).
     digest = None if config is None else hashlib.sha256(config.read_bytes()).hexdigest()
     try:
-        trio.run(_serve, settings, api_key_from(settings.gate.judge, os.environ), digest)
+        trio.run(
+            _serve, settings, api_key_from(settings.gate.judge, os.environ), digest, environment_digest(os.environ)
+        )
     except BaseException as exc:
         leaf = _single(exc)
         if isinstance(leaf, ConfigError):
@@ -45,13 +48,19 @@ def _single(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _serve(settings: Settings, api_key: str | None, settings_sha256: str | None) -> None:
+async def _serve(
+    settings: Settings, api_key: str | None, settings_sha256: str | None, environment_sha256: str | None
+) -> None:
     from executor.service.server import serve as run_service  # heavy; only this command needs it
 
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
             lambda task_status: run_service(
-                settings, api_key=api_key, settings_sha256=settings_sha256, task_status=task_status
+                settings,
+                api_key=api_key,
+                settings_sha256=settings_sha256,
+                environment_sha256=environment_sha256,
+                task_status=task_status,
             )
         )
         sys.stderr.write(f"executor service listening on {', '.join(bound)}\n")

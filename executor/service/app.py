@@ -210,10 +210,11 @@ class _LiveResponse(StreamingResponse):
 
 
 class _Api:
-    def __init__(self, service: Service, settings_sha256: str | None) -> None:
+    def __init__(self, service: Service, settings_sha256: str | None, environment_sha256: str | None) -> None:
         self.service = service
         self.svc = service.svc
         self.settings_sha256 = settings_sha256
+        self.environment_sha256 = environment_sha256
 
     # -- plumbing ----------------------------------------------------------------------------------------------
 
@@ -290,6 +291,7 @@ class _Api:
                 sessions=len(service.held),
                 running=service.running,
                 settings_sha256=self.settings_sha256,
+                environment_sha256=self.environment_sha256,
             )
         )
 
@@ -928,10 +930,17 @@ class _Auth:
         await self._app(scope, receive, send)
 
 
-def build_app(service: Service, *, mcp: ASGIApp | None = None, settings_sha256: str | None = None) -> ASGIApp:
-    """The service's ASGI app: ``/v1/...`` and, when given, the MCP endpoint at ``/mcp`` (``settings_sha256``: the
-    digest of the settings file it runs with, told by ``/v1/health``)."""
-    api = _Api(service, settings_sha256)
+def build_app(
+    service: Service,
+    *,
+    mcp: ASGIApp | None = None,
+    settings_sha256: str | None = None,
+    environment_sha256: str | None = None,
+) -> ASGIApp:
+    """The service's ASGI app: ``/v1/...`` and, when given, the MCP endpoint at ``/mcp`` (``settings_sha256`` and
+    ``environment_sha256``: the digests of the settings file and of the ``EXECUTOR_*`` settings it runs with, told by
+    ``/v1/health``)."""
+    api = _Api(service, settings_sha256, environment_sha256)
 
     def _guard(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         return _guarded(handler, drain_limit=lambda: max(api.json_limit(), api.svc.max_request_bytes))

@@ -85,10 +85,12 @@ async def serve(
     *,
     api_key: str | None = None,
     settings_sha256: str | None = None,
+    environment_sha256: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until SIGTERM or SIGINT; reports the bound addresses once listening (``settings_sha256``: the digest of
-    the file the settings were read from, which ``/v1/health`` tells clients).
+    the file the settings were read from, ``environment_sha256`` that of the ``EXECUTOR_*`` settings of the
+    environment (:func:`executor.environ.environment_digest`), both told by ``/v1/health`` to clients).
 
     Raises:
         ConfigError: TCP without tokens (checked before anything starts).
@@ -104,7 +106,14 @@ async def serve(
         _clear_stale(path)
         clear_spools(settings.home / "tmp")  # one service per home: what is there, a killed one left
         try:
-            await _serve(settings, path, api_key=api_key, settings_sha256=settings_sha256, task_status=task_status)
+            await _serve(
+                settings,
+                path,
+                api_key=api_key,
+                settings_sha256=settings_sha256,
+                environment_sha256=environment_sha256,
+                task_status=task_status,
+            )
         finally:
             path.unlink(missing_ok=True)
 
@@ -115,6 +124,7 @@ async def _serve(
     *,
     api_key: str | None,
     settings_sha256: str | None,
+    environment_sha256: str | None,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     svc = settings.service
@@ -131,7 +141,7 @@ async def _serve(
         service = await stack.enter_async_context(open_service(executor, settings))
         mcp = await stack.enter_async_context(_mcp_app(executor, settings))
         # starlette's ASGI type, which hypercorn spells differently
-        app: Any = build_app(service, mcp=mcp, settings_sha256=settings_sha256)
+        app: Any = build_app(service, mcp=mcp, settings_sha256=settings_sha256, environment_sha256=environment_sha256)
         shutdown = trio.Event()
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:

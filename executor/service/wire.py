@@ -365,6 +365,10 @@ class Health(_Wire):
     """SHA-256 of the settings file the service was started with (``--config`` or ``EXECUTOR_CONFIG``); None when it
     runs on the defaults and its environment. Settings apply where a command runs: a CLI given another file refuses
     to send its commands here."""
+    environment_sha256: str | None = None
+    """SHA-256 of the ``EXECUTOR_*`` settings in the service's environment that decide how commands run (all but the
+    home and the service section; :func:`executor.environ.environment_digest`); None when there are none. A CLI whose
+    environment sets others refuses to send its commands here, as for a settings file."""
 
 
 class ReadQuery(_Wire):

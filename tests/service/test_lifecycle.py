@@ -344,6 +344,34 @@ def test_a_cli_given_other_settings_than_the_services_refuses_to_use_it(service_
     assert (plain.returncode, plain.stdout) == (0, "ran\n"), plain.stderr
 
 
+def test_a_cli_whose_environment_sets_other_settings_than_the_services_refuses_to_use_it(service_factory: Any) -> None:
+    """As for a settings file: a thin CLI call whose EXECUTOR_* settings (those deciding how commands run) differ
+    from the service's exits 2 naming them; the same settings, or none, go through and run under the service's.
+    Variables that only say where the service is (the home, the socket, EXECUTOR_URL/TOKEN) do not count."""
+    service: ServiceProcess = service_factory(bash__timeout_ms="300")
+    service.start()
+
+    def cli(**extra: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in service.env.items() if k != "EXECUTOR_BASH__TIMEOUT_MS"}
+        env.update(extra)
+        return subprocess.run(
+            [sys.executable, "-m", "executor.cli", "exec", "--", "sleep 3; echo ran"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    refused = cli(EXECUTOR_BASH__TIMEOUT_MS="400", EXECUTOR_GATE__TRUST="2")
+    assert refused.returncode == 2, refused.stderr
+    assert "EXECUTOR_BASH__TIMEOUT_MS, EXECUTOR_GATE__TRUST" in refused.stderr and "Traceback" not in refused.stderr
+    assert "ran" not in refused.stdout
+    same = cli(EXECUTOR_BASH__TIMEOUT_MS="300", EXECUTOR_URL=f"unix://{service.socket}")
+    assert same.returncode == 124, same.stderr  # the thin path, under the service's (and the caller's) deadline
+    plain = cli()
+    assert plain.returncode == 124, plain.stderr
+
+
 def test_a_held_session_is_not_idle_while_another_process_runs_in_it(service_factory: Any, tmp_path: Any) -> None:
     """The service stops a session it holds for idleness only when no process uses it: a command run in it
     in-process (another CLI) outlives the service's idle limit, and the session stops once that command ended."""

@@ -40,6 +40,7 @@ from executor.cli.thin.transport import (
     segment,
 )
 from executor.durations import parse_idle_limit
+from executor.environ import command_settings, environment_digest
 from executor.ids import is_session_id
 
 __all__ = ["EXEC_FRAMES", "Usage", "parse", "run_thin"]
@@ -931,7 +932,7 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return out.fail(str(exc), shapes.EXIT_FAILURE)
     client = _Client(conn, out)
     try:
-        refused = _other_settings(conn, target, parsed.config or env.get("EXECUTOR_CONFIG"))
+        refused = _other_settings(conn, target, parsed.config or env.get("EXECUTOR_CONFIG"), env)
         if refused is not None:
             return out.fail(refused, shapes.EXIT_USAGE)
         return _COMMANDS[parsed.command](client, parsed)
@@ -960,27 +961,39 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         conn.close()
 
 
-def _other_settings(conn: Connection, target: Target, config: str | None) -> str | None:
+def _other_settings(conn: Connection, target: Target, config: str | None, environ: Mapping[str, str]) -> str | None:
     """Why the service must not run this line: the caller gave a settings file (``--config``, ``EXECUTOR_CONFIG``)
-    that is not the one the service runs with. Settings apply where a command runs, so the service would have run
-    it without them (a stricter gate, another policy or profile), silently. None: no file given, or the same."""
-    if not config:
+    that is not the one the service runs with, or ``EXECUTOR_*`` settings in its environment that the service's
+    environment does not hold alike. Settings apply where a command runs, so the service would have run it without
+    them (a stricter gate, another policy or profile, a shorter deadline), silently. None: none given, or the same."""
+    names = command_settings(environ)
+    if not config and not names:
         return None
-    try:
-        with open(config, "rb") as handle:
-            mine = hashlib.sha256(handle.read()).hexdigest()
-    except OSError as exc:
-        return f"cannot read settings file {config}: {exc.strerror or exc}"
+    mine = None
+    if config:
+        try:
+            with open(config, "rb") as handle:
+                mine = hashlib.sha256(handle.read()).hexdigest()
+        except OSError as exc:
+            return f"cannot read settings file {config}: {exc.strerror or exc}"
     health = conn.call("GET", "/v1/health")
-    theirs = health.get("settings_sha256") if isinstance(health, dict) else None
-    if theirs == mine:
-        return None
-    runs_with = "another settings file" if theirs else "the default settings"
-    return (
-        f"settings file {config}: the service at {target.label} runs with {runs_with}, and settings apply where a "
-        f"command runs, so it would ignore this file; start the service with it (EXECUTOR_CONFIG={config} executor "
-        "serve), or stop the service to run in-process"
-    )
+    if not isinstance(health, dict):
+        health = {}
+    if config and health.get("settings_sha256") != mine:
+        runs_with = "another settings file" if health.get("settings_sha256") else "the default settings"
+        return (
+            f"settings file {config}: the service at {target.label} runs with {runs_with}, and settings apply where "
+            f"a command runs, so it would ignore this file; start the service with it (EXECUTOR_CONFIG={config} "
+            "executor serve), or stop the service to run in-process"
+        )
+    if names and health.get("environment_sha256") != environment_digest(environ):
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return (
+            f"{shown}: the service at {target.label} runs with other EXECUTOR_ settings in its environment, and "
+            "settings apply where a command runs, so it would ignore these; start the service with them, or unset "
+            "them here, or stop the service to run in-process"
+        )
+    return None
 
 
 def find_service_quietly(config: str | None, environ: Mapping[str, str]) -> Target | None:

@@ -1,0 +1,39 @@
+"""The ``EXECUTOR_*`` environment: which variables are settings, and the digest of those that decide how commands run,
+which a thin CLI compares with its service's (the standard library only: the thin CLI imports this)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = ["NOT_SETTINGS", "command_settings", "environment_digest", "is_setting"]
+
+NOT_SETTINGS: Final = frozenset({"EXECUTOR_CONFIG", "EXECUTOR_URL", "EXECUTOR_TOKEN"})
+"""``EXECUTOR_`` variables that are not settings: the settings file, and the service a CLI talks to with its token."""
+
+
+def is_setting(name: str) -> bool:
+    """Whether the environment variable ``name`` is a setting (``EXECUTOR_SECTION__FIELD``)."""
+    return name.startswith("EXECUTOR_") and name not in NOT_SETTINGS
+
+
+def command_settings(environ: Mapping[str, str]) -> list[str]:
+    """The names of the setting variables in ``environ`` that decide how commands run, sorted: every setting but the
+    home and the service's own section (which only say where a service is and how it listens)."""
+    return sorted(
+        name
+        for name in environ
+        if is_setting(name) and name != "EXECUTOR_HOME" and not name.startswith("EXECUTOR_SERVICE__")
+    )
+
+
+def environment_digest(environ: Mapping[str, str]) -> str | None:
+    """SHA-256 over :func:`command_settings` and their values; None when there are none."""
+    names = command_settings(environ)
+    if not names:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(f"{name}={environ[name]}".encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
