@@ -499,7 +499,12 @@ class _Api:
             mode = body.mode.lstrip("0") or "0"
             chmod, _ = await self._gated_bash(held, owner, f"chmod {mode} -- {shlex.quote(path)}", wait=wait)
             if chmod.outcome != "completed":
-                return _json(_wire(chmod))
+                # The file is written: the write's own result (its action, artifact and facts), marked with what
+                # became of the mode, never the chmod's "nothing ran" alone.
+                note = f"[the file was written, but its mode was not set to {mode}: the chmod was {chmod.outcome}]"
+                data = {**(result.data or {}), "mode_set": None, "mode_action_id": chmod.action_id}
+                update = {"outcome": chmod.outcome, "text": f"{result.text}\n{note}\n{chmod.text}", "data": data}
+                return _json(_wire(result.model_copy(update=update)))
             # The write reports the mode it staged with; say what the file has now.
             update = {"text": f"{result.text}\n[mode set to {mode}]", "data": {**(result.data or {}), "mode_set": mode}}
             result = result.model_copy(update=update)

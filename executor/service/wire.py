@@ -293,7 +293,9 @@ class WriteRequest(_Wire):
     parents: bool = False
     """Create missing parent folders first (a gated ``mkdir -p``)."""
     mode: str | None = Field(None, pattern=r"^0?[0-7]{3,4}$")
-    """Octal mode to set afterwards (a gated ``chmod``), like ``"755"``."""
+    """Octal mode to set afterwards (a gated ``chmod``), like ``"755"``. Should that chmod be refused or fail, the
+    result is still the write's (the file is written), with the chmod's outcome, ``data.mode_set`` null and
+    ``data.mode_action_id`` naming the chmod."""
     approvals: Literal["wait", "none"] = "wait"
     """As for exec: ``none`` makes an ask come back ``blocked`` at once."""
 

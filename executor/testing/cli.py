@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from executor.environ import NOT_SETTINGS
+
 __all__ = ["Ran", "cli", "cli_env", "named_session", "serving"]
 
 _TIMEOUT_S = 120.0
@@ -46,7 +48,7 @@ class Ran:
 
 def cli_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a CLI process in ``home``: no settings file, no service address but ``extra``'s."""
-    env = {k: v for k, v in os.environ.items() if k not in ("EXECUTOR_CONFIG", "EXECUTOR_URL", "EXECUTOR_TOKEN")}
+    env = {k: v for k, v in os.environ.items() if k not in NOT_SETTINGS}
     env["EXECUTOR_HOME"] = str(home)
     env.update(extra or {})
     return env

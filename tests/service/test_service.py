@@ -204,6 +204,13 @@ def test_write_creates_parents_and_sets_a_mode(shared_service: ServiceProcess) -
         assert written.data is not None and written.data["mode_set"] == "755"
         ran = client.exec(session, "stat -c %a deep/er/run.sh && ./deep/er/run.sh")
         assert ran.stdout == b"755\nran\n"
+        # A mode the policy refuses (setuid): the file is still written, and the result is the write's, saying so.
+        refused = client.write(session, "suid.sh", "echo s\n", mode="4755")
+        assert (refused.tool, refused.outcome) == (written.tool, "denied"), refused.text
+        assert refused.action_id is not None and refused.data is not None and refused.data["mode_set"] is None
+        assert refused.data["mode_action_id"] not in (None, refused.action_id)
+        assert "the file was written, but its mode was not set to 4755: the chmod was denied" in refused.text
+        assert client.exec(session, "stat -c %a suid.sh").stdout == b"644\n"
 
 
 def test_approval_answered_out_of_band(shared_service: ServiceProcess) -> None:
