@@ -129,14 +129,15 @@ def test_a_download_cut_at_the_services_bound_is_exit_2(base_image: str, tmp_pat
     would stay 125."""
     home = Path(tempfile.mkdtemp(prefix="exc-", dir="/tmp"))
     try:
-        with serving(home, service__download_max_bytes="1MiB"), named_session(home) as name:
+        # A bound that is no multiple of the CLI's read size: the bytes before the cut are all counted.
+        with serving(home, service__download_max_bytes="1000000"), named_session(home) as name:
             made = cli(
                 home, "exec", "--session", name, "--create", "--", "mkdir big && head -c 3000000 /dev/urandom >big/n"
             )
             assert made.code == 0, made.stderr
             out = cli(home, "cp", f"{name}:big", str(tmp_path / "dest"))
             assert out.code == 2, out.stderr
-            assert "above 1048576 bytes (service.download_max_bytes)" in out.stderr
+            assert "above 1000000 bytes (service.download_max_bytes)" in out.stderr
             assert not (tmp_path / "dest").exists()
     finally:
         cli(home, "session", "gc")

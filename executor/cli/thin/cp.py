@@ -184,7 +184,7 @@ def run_cp(conn: Connection, *, source: str, dest: str, session: str | None) -> 
             with tempfile.TemporaryFile(prefix="executor-cp-") as spool:
                 try:
                     while True:
-                        chunk = response.read(_CHUNK)
+                        chunk = response.read_some(_CHUNK)  # as they come: a cut keeps what came before it
                         if not chunk:
                             break
                         spool.write(chunk)
