@@ -106,8 +106,24 @@ def _raise_for(response: httpx.Response, body: bytes) -> None:
     try:
         info = ErrorResponse.model_validate_json(body).error
     except ValidationError:
+        pass
+    else:
+        raise _exception(info.type, info.message)
+    try:
+        result = ExecResult.model_validate_json(body)
+    except ValidationError:
         raise ExecutorError(f"the service answered {response.status_code}: {body[:200]!r}") from None
-    raise _exception(info.type, info.message)
+    raise _refused_transfer(result)
+
+
+def _refused_transfer(result: ExecResult) -> ExecutorError:
+    """A download refused by the gate or failed in the session: the service answers (409) with the tar's result."""
+    if result.outcome == "denied":
+        return _errors.ActionDenied(result.text)
+    if result.outcome == "blocked":
+        return _errors.ApprovalRequired(result.text)
+    said = result.stderr.decode("utf-8", "replace").strip() or f"tar exited {result.exit_code}"
+    return ExecutorError(f"the copy failed in the session: {said} (artifact {result.artifact_id}: read_output)")
 
 
 def _exception(type_: str, message: str) -> ExecutorError:

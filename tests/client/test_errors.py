@@ -88,3 +88,20 @@ def test_a_stream_used_after_its_block_is_an_executor_error(spooling_service: Se
                 list(events)
         finally:
             client.stop_session(session)
+
+
+def test_a_download_refused_in_the_session_is_a_readable_error(spooling_service: ServiceProcess, tmp_path: Any) -> None:
+    """A download of a missing path (tar fails in the session: the service answers 409 with the command's result)
+    raises the executor's error with tar's own words, not the raw body."""
+    with spooling_service.client() as client:
+        session = client.create_session().id
+        try:
+            with pytest.raises(ExecutorError) as raised:
+                client.download(session, "nonexist", tmp_path / "dest")
+            message = str(raised.value)
+            assert message.startswith("the copy failed in the session: tar: nonexist"), message
+            assert "b'" not in message and "artifact s-" in message
+            with pytest.raises(ExecutorError, match=r"^the copy failed in the session: tar: .*Permission denied"):
+                client.download_tar(session, "/proc/1/environ")
+        finally:
+            client.stop_session(session)
