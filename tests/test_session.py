@@ -350,3 +350,47 @@ async def test_a_shells_program_on_stdin_is_gated_as_the_command(make_settings: 
         unread = await session.bash("sh -s", stdin=b"echo hi\n")
         assert unread.outcome not in ("completed", "denied") and unread.stdout is None
         assert (await session.bash("cat", stdin=b"echo hi\n")).stdout == "echo hi\n"
+
+
+@pytest.mark.parametrize("how", ["attach", "open"])
+async def test_a_named_session_its_creator_left_in_created_is_recreated(
+    make_settings: Callable[..., Settings], base_image: str, how: str
+) -> None:
+    """A creator killed between creating a named session's container and starting it leaves it in Created: the next
+    caller by that name (``--create``, or ``session start --name``), under the name's lock, recreates it under the
+    same id instead of refusing the name (or telling it to run the very call that failed)."""
+    from datetime import UTC, datetime
+
+    from executor.ids import new_session_id
+    from executor.sandbox.docker import DockerBackend
+    from executor.sandbox.docker.hardening import container_name
+
+    settings = make_settings()
+    name = f"half-{how}-{new_session_id()[2:8]}"
+    session_id = new_session_id()
+    async with open_executor(settings) as ex:
+        backend = ex.backend
+        assert isinstance(backend, DockerBackend)
+        labels = {
+            "executor.session": session_id,
+            "executor.name": name,
+            "executor.home": backend.home_id,
+            "executor.owner": "",
+            "executor.profile": "default",
+            "executor.transport": "socket",
+            "executor.created": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        api = backend.engine.client.api
+        await trio.to_thread.run_sync(
+            lambda: api.create_container(base_image, ["true"], name=container_name(session_id), labels=labels)
+        )
+        try:
+            assert (await ex.backend.find_session(name)).state == "created"
+            attach = how == "attach"
+            opened = ex.attach_session(name, create=True) if attach else ex.open_session(name=name, keep=True)
+            async with opened as session:
+                assert session.id == session_id
+                assert (await session.bash("echo back")).stdout == "back\n"
+        finally:
+            with trio.CancelScope(shield=True):
+                await ex.backend.stop_session(session_id)

@@ -89,6 +89,13 @@ class SessionInfo(BaseModel):
         """A named session whose container stopped or is gone, its workspace kept (its name starts it again)."""
         return self.name is not None and self.state in ("exited", "dead")
 
+    @property
+    def half_made(self) -> bool:
+        """A named session whose container was created and never started. Seen by a caller holding the name's lock
+        (:func:`executor.sandbox.names.name_lock`, under which sessions are made), it is what a creator killed
+        midway left: nobody is making it, and it is recreated like a stopped one."""
+        return self.name is not None and self.state == "created"
+
     def not_running_message(self) -> str:
         """What to tell a caller who asked for this stopped named session, and how to go on."""
         container = "is gone" if self.workspace_only else "stopped"
@@ -151,6 +158,9 @@ class Backend(ABC):
         ``held`` marks an unnamed session this process removes when it is done with it (not one kept for later
         calls): should the process be killed first, :meth:`gc` in any process of the home removes it at once instead
         of leaving it to ``agent.orphan_exit_s``. ``name`` must be None then.
+
+        A caller giving ``name`` holds the name's lock (:func:`executor.sandbox.names.name_lock`): a container of
+        that name left in Created (its creator was killed midway) is then replaced, on its workspace.
 
         Raises:
             SessionRejected: ``name`` is malformed; SessionNameTaken (a SessionRejected): it is used by a live

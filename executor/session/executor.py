@@ -203,7 +203,7 @@ class Executor:
                     (
                         s
                         for s in await self.backend.list_sessions()
-                        if s.name == name and s.stopped_named and owner_matches(s.owner, owner)
+                        if s.name == name and (s.stopped_named or s.half_made) and owner_matches(s.owner, owner)
                     ),
                     None,
                 )
@@ -250,10 +250,11 @@ class Executor:
         policy: Policy | None = None
         # By name, every process of the home finds (and with create, starts) the session under the name's lock: a
         # session another caller is starting is waited for, never seen half made, and never started twice.
-        async with self.name_lock(None if is_session_id(id_or_name) else id_or_name):
+        by_name = not is_session_id(id_or_name)
+        async with self.name_lock(id_or_name if by_name else None):
             try:
                 info = await self.backend.find_session(id_or_name)
-                if info.stopped_named and owner_matches(info.owner, owner):
+                if (info.stopped_named or (by_name and info.half_made)) and owner_matches(info.owner, owner):
                     # Asked by name with create: recreated below, on its kept workspace, with the profile it was
                     # made with. Else the caller is told how.
                     profile = _kept_profile(info, profile)

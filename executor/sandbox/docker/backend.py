@@ -343,7 +343,9 @@ class DockerBackend(Backend):
         if name is not None:
             validate_session_name(name)
             same = [s for s in await self.list_sessions() if s.name == name]
-            live = [s for s in same if s.state not in ("exited", "dead")]
+            # A container still in Created is a creator's that was killed midway: callers hold the name's lock,
+            # under which sessions are made, so nobody is making it now.
+            live = [s for s in same if s.state not in ("exited", "dead") and not s.half_made]
             if live and live[0].state == "removing":
                 raise SessionNameTaken(
                     f"session {name!r} is being stopped (its container is being removed); retry in a moment"
