@@ -126,13 +126,18 @@ def stop(
 ) -> None:
     """Stop a session of this home and remove its container and workspace volume."""
     st = state(ctx)
+    settings = st.settings()
 
-    async def job(backend: Backend) -> str:
-        info = await backend.find_session(session, all_homes=all_homes)
-        await backend.stop_session(info.id)
-        return info.id
+    async def main() -> str:
+        # Through the executor: under the name's lock (a --create in another process waits), and the session's
+        # background tasks are stopped first with their output kept.
+        api_key = api_key_from(settings.gate.judge, os.environ)
+        async with open_executor(settings, api_key=api_key, surface="cli", pool="off") as ex:
+            info = await ex.backend.find_session(session, all_homes=all_homes)
+            await ex.stop_session(info.id, all_homes=all_homes)
+            return info.id
 
-    stopped = _run(ctx, job)
+    stopped = trio.run(main)
     emit(shapes.stopped_json(stopped), f"stopped {stopped}", json_mode=st.json)
 
 

@@ -18,7 +18,14 @@ import trio
 from executor.artifacts import ArtifactStore
 from executor.artifacts.hints import Surface
 from executor.config import Profile, Settings
-from executor.errors import ConfigError, SandboxError, SessionNameTaken, SessionNotFound, SessionNotRunning
+from executor.errors import (
+    ConfigError,
+    ExecutorError,
+    SandboxError,
+    SessionNameTaken,
+    SessionNotFound,
+    SessionNotRunning,
+)
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.cache import AnswerCache
 from executor.gate.gate import DEFAULT_CACHE, Gate
@@ -301,7 +308,18 @@ class Executor:
                 info = await self.backend.find_session(info.id, all_homes=all_homes)  # as it is now, under the lock
             if not owner_matches(info.owner, owner):
                 raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
+            await self._end_tasks(info)
             await self.backend.stop_session(info.id)
+
+    async def _end_tasks(self, info: SessionInfo) -> None:
+        """Stop the background tasks of a session about to be stopped and keep their output: it lives in the agent,
+        which goes with the container, and their artifacts would stay cut short (``detached``), saying they still
+        run. Bounded by ``docker.stop_timeout_s``; a session that cannot be reached is stopped all the same."""
+        if info.state != "running" or all(record.finished for record in self.store.session(info.id).tasks().values()):
+            return
+        with trio.move_on_after(self.settings.docker.stop_timeout_s), suppress(ExecutorError):
+            async with self.attach_session(info.id, owner=info.owner) as session:
+                await session.end_tasks()
 
     @asynccontextmanager
     async def name_lock(self, name: str | None) -> AsyncIterator[None]:

@@ -314,6 +314,14 @@ class BackgroundTasks:
             result=result,
         )
 
+    async def stop_all(self) -> None:
+        """Stop every task still running (whoever started it) and give each unfinished one its complete artifact:
+        before the session is stopped, as what a task wrote lives in the agent, which goes with the container."""
+        for task in await self._client.list_tasks():
+            if task.running:
+                await self._client.stop_task(task.task_id)
+        await self._settle_tasks()
+
     async def list_tasks(self, *, owner: str | None) -> list[TaskInfo]:
         """See :meth:`executor.session.Session.list_tasks`."""
         await self._settle_tasks()

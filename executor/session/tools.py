@@ -680,6 +680,11 @@ class Session:
             task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner
         )
 
+    async def end_tasks(self) -> None:
+        """Before the session is stopped: stop every background task still running and keep each one's whole output
+        as its artifact (the executor's :meth:`~executor.session.Executor.stop_session` calls it)."""
+        await self._tasks.stop_all()
+
     async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:
         """Kill a background task's whole process group (TERM, grace, KILL) and say how it ended.
 

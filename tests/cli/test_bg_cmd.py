@@ -115,6 +115,28 @@ def test_the_artifact_bg_start_names_says_where_a_running_tasks_output_is(either
         cli(home, "bg", "stop", task, "--session", name)
 
 
+def test_stopping_a_session_stops_its_tasks_and_keeps_their_output(either_home: Path) -> None:
+    """`session stop` with a background task running: the task is stopped first and the artifact `bg start` named
+    leads to its whole output so far, marked finished; it stayed cut short, empty in-process, saying the task still
+    ran and naming a read in a session that no longer existed."""
+    home = either_home
+    with named_session(home) as name:
+        ticker = "for i in $(seq 1 1000); do echo line$i; sleep 0.05; done"
+        started = cli(home, "--json", "bg", "start", "--session", name, "--create", "--", ticker)
+        assert started.code == 0, started.stdout
+        task, artifact = started.json()["task_id"], started.json()["artifact_id"]
+        deadline = time.monotonic() + 30
+        while "line3" not in cli(home, "bg", "read", task, "--session", name).stdout:
+            assert time.monotonic() < deadline
+        stopped = cli(home, "session", "stop", name)
+        assert stopped.code == 0, stopped.stderr
+        paged = cli(home, "--json", "output", "read", artifact)
+        assert paged.code == 0, paged.stdout + paged.stderr
+        text = paged.json()["text"]
+        assert "line1\n" in text and "line3\n" in text, text
+        assert "still running" not in text and "bg read" not in text, text
+
+
 def test_background_tasks_need_a_session(either_home: Path) -> None:
     """Without --session, bg commands exit 2 before starting anything."""
     home = either_home
