@@ -953,6 +953,48 @@ static uint64_t ring_start(const struct ring *g)
     return s > g->floor ? s : g->floor;
 }
 
+/* The private tmpfs is full: give back the bytes of the oldest finished task that still holds some (its record and
+ * result stay; a read reports its output as dropped), so a running task's output is kept rather than a finished
+ * one's, which its host has most likely read already. 0 when something was freed. */
+static int release_finished_ring(void)
+{
+    struct run *oldest = NULL;
+    for (struct run *r = g_runs; r != NULL; r = r->next)
+        if (r->detached && r->finished && (r->ring[0].fd >= 0 || r->ring[1].fd >= 0))
+            oldest = r;
+    if (oldest == NULL)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        struct ring *g = &oldest->ring[i];
+        if (g->fd >= 0) {
+            close(g->fd);
+            g->fd = -1;
+            g->floor = g->total;
+        }
+    }
+    logmsg("executor-agent: task buffers full: dropped the output of finished task %s\n", oldest->task_id);
+    return 0;
+}
+
+/* All of p at off, or -1 with errno (ENOSPC for a write that stops short). */
+static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
+{
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+        off += k;
+    }
+    return 0;
+}
+
 static void ring_write(struct ring *g, const uint8_t *p, size_t n)
 {
     uint64_t cap = opt.detached_buffer;
@@ -968,9 +1010,13 @@ static void ring_write(struct ring *g, const uint8_t *p, size_t n)
     }
     uint64_t pos = g->total % cap;
     size_t first = (size_t)(cap - pos) < n ? (size_t)(cap - pos) : n;
-    int ok = pwrite(g->fd, p, first, (off_t)pos) == (ssize_t)first;
-    if (ok && n > first)
-        ok = pwrite(g->fd, p + first, n - first, 0) == (ssize_t)(n - first);
+    int ok;
+    for (;;) {
+        ok = pwrite_all(g->fd, p, first, (off_t)pos) == 0 &&
+             (n == first || pwrite_all(g->fd, p + first, n - first, 0) == 0);
+        if (ok || errno != ENOSPC || release_finished_ring() != 0)
+            break;
+    }
     g->total += n;
     if (!ok)
         g->floor = g->total; /* what the ring held may be torn: report it as dropped */

@@ -127,6 +127,41 @@ async def test_an_escapee_outside_the_group_is_found_by_its_tag_and_the_session_
     await session.stop_task(task_id)
 
 
+async def test_a_full_task_buffer_gives_up_a_finished_tasks_output_not_a_running_ones(
+    container_settings: Settings,
+) -> None:
+    """The agent's private tmpfs holds the background tasks' buffers: once finished tasks fill it, a new task's
+    output is kept by dropping the oldest finished task's (reported dropped), not lost whole for every later task."""
+    settings = container_settings.model_copy(
+        update={
+            "agent": container_settings.agent.model_copy(
+                update={"private_tmpfs_bytes": 1024 * 1024, "detached_buffer_bytes": 400 * 1024}
+            )
+        }
+    )
+
+    async def until_done(session: Session, task_id: str) -> None:
+        with trio.fail_after(30):
+            while True:
+                if not (await session.read_task(task_id)).data["running"]:  # type: ignore[index]
+                    return
+                await trio.sleep(0.05)
+
+    async def started(session: Session, command: str) -> str:
+        task_id = str(((await session.start_task(command)).data or {})["task_id"])
+        await until_done(session, task_id)
+        return task_id
+
+    async with open_executor(settings) as ex, ex.open_session() as session:
+        first = await started(session, "head -c 400000 /dev/zero; head -c 400000 /dev/zero >&2")
+        second = await started(session, "head -c 400000 /dev/zero | tr '\\0' b")
+        page = await session.read_task_bytes(second, max_bytes=500_000)
+        assert (page.offset, page.end, len(page.data)) == (0, 400_000, 400_000)
+        assert page.data == b"b" * 400_000
+        dropped = await session.read_task_bytes(first, max_bytes=500_000)
+        assert dropped.end == 400_000 and dropped.data == b"" and dropped.offset == 400_000
+
+
 async def test_env_i_daemon_is_swept_when_the_session_closes(executor: Executor) -> None:
     """A daemon started under `env -i` (no tag) is killed at the latest when the session closes."""
     async with executor.open_session(keep=True) as first:
