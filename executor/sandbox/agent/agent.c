@@ -1613,7 +1613,12 @@ static void handle_stop(struct conn *c, const struct frame_view *f)
         send_error(c, f->id, "no_task", "no such background task");
         return;
     }
+    /* Stopping a task stops all of it: what it left running (its process group, escapees carrying its tag) goes
+     * too, whether it is still running or its shell has ended (a task keeps its leftovers until then). */
+    r->kill_orphans = 1;
     if (r->finished) {
+        plist_free(&r->left);
+        kill_leftovers(r);
         send_result(c, f->id, r);
         return;
     }

@@ -162,6 +162,31 @@ async def test_a_full_task_buffer_gives_up_a_finished_tasks_output_not_a_running
         assert dropped.end == 400_000 and dropped.data == b"" and dropped.offset == 400_000
 
 
+async def test_stopping_a_task_stops_what_it_left_running(session: Session) -> None:
+    """A task keeps what it started while it runs and after its shell ends, but stopping it stops all of it: a
+    finished task's leftover in its group, and a running task's setsid child (found by its tag)."""
+    ended = str(((await session.start_task("sleep 331 & echo started")).data or {})["task_id"])
+    with trio.fail_after(30):
+        while True:
+            if not ((await session.read_task(ended)).data or {})["running"]:
+                break
+            await trio.sleep(0.05)
+    assert "alive=1" in (await session.bash(_alive("331"))).text  # kept while nobody stops the task
+    stopped = await session.stop_task(ended)
+    assert stopped.result is not None and any("sleep 331" in p.cmd for p in stopped.result.orphans_killed)
+    assert "alive=0" in (await session.bash(_alive("331"))).text
+
+    running = str(((await session.start_task("setsid sleep 332 & sleep 1000")).data or {})["task_id"])
+    with trio.fail_after(30):
+        while True:
+            if "alive=1" in (await session.bash(_alive("332"))).text:
+                break
+            await trio.sleep(0.05)
+    await session.stop_task(running)
+    assert "alive=0" in (await session.bash(_alive("332"))).text
+    assert "alive=0" in (await session.bash(_alive("1000"))).text
+
+
 async def test_env_i_daemon_is_swept_when_the_session_closes(executor: Executor) -> None:
     """A daemon started under `env -i` (no tag) is killed at the latest when the session closes."""
     async with executor.open_session(keep=True) as first:
