@@ -271,6 +271,7 @@ struct pstat {
     char state;
     uid_t uid;
     gid_t gid;
+    unsigned long long start; /* start time, clock ticks since boot (field 22) */
 };
 
 static int read_pstat(pid_t pid, struct pstat *ps)
@@ -293,11 +294,15 @@ static int read_pstat(pid_t pid, struct pstat *ps)
         return -1;
     int ppid = 0, pgrp = 0;
     char state = 0;
-    if (sscanf(rp + 2, "%c %d %d", &state, &ppid, &pgrp) != 3)
+    unsigned long long start = 0;
+    int got = sscanf(rp + 2, "%c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
+                     &ppid, &pgrp, &start);
+    if (got < 3)
         return -1;
     ps->pid = pid;
     ps->ppid = ppid;
     ps->pgrp = pgrp;
+    ps->start = got == 4 ? start : 0;
     ps->state = state;
     ps->uid = st.st_uid;
     ps->gid = st.st_gid;
@@ -520,6 +525,8 @@ struct run {
     int drain_cut;
     uint64_t bytes[2];
     struct ring ring[2];
+    unsigned long long start_ticks; /* the shell's start time (/proc stat field 22); 0 unknown */
+    int alone;                      /* no other run or task was live at any time during this one */
     char tag[64];
     const char *shell;
     uint64_t oom_before;
@@ -534,6 +541,7 @@ struct run {
 };
 
 static struct run *g_runs;
+static int g_kept_leftovers; /* a run or task that keeps its leftovers left some: no run has the session alone */
 static int g_ntasks;
 
 /* The counter `key` ("name ") at the start of a line of the first readable cgroup file among v2 then v1 paths. */
@@ -1057,7 +1065,12 @@ static int scan_visit(const struct pstat *ps, void *arg)
     if (a->skip != NULL && plist_has(a->skip, ps->pid))
         return 0;
     int match = ps->pgrp == a->r->pid;
-    /* Escapees (setsid, double fork) carry the run tag; only the session user's processes can be ours. */
+    /* Escapees (setsid, double fork) carry the run tag; only the session user's processes can be ours. A run that
+     * had the session to itself owns every one started since its shell, tagged or not (`env -i`, `env -u`): nothing
+     * else could have started them (processes entered from outside have parent pid 0 and are left alone). */
+    if (!match && ps->uid == opt.uid && a->r->alone && a->r->kill_orphans && ps->ppid != 0 &&
+        ps->start >= a->r->start_ticks)
+        match = 1;
     if (!match && ps->uid == opt.uid)
         match = environ_has(ps, a->needle, a->nlen);
     if (match && !plist_has(a->found, ps->pid))
@@ -1152,6 +1165,8 @@ static void finish_run(struct run *r)
     r->drain_cut = cut;
     r->duration_us = now_us() - r->start_us;
     kill_leftovers(r);
+    if (!r->kill_orphans && r->left.n > 0)
+        g_kept_leftovers = 1; /* they may start processes at any time from now on */
     uint64_t oom_delta = read_oom_kills() - r->oom_before;
     r->pids_max_hits = read_pids_max_events() - r->pids_max_before;
     int sig = WIFSIGNALED(r->status) ? WTERMSIG(r->status) : 0;
@@ -1490,6 +1505,14 @@ static void handle_run(struct conn *c, const struct frame_view *f, int detached)
         snprintf(r->task_id, sizeof r->task_id, "t%llu", (unsigned long long)++g_task_counter);
         g_ntasks++;
     }
+    /* Whether this run has the session to itself: then every process of the session user started since its shell is
+     * its own, tagged or not (an `env -i` daemon), and is a leftover when it ends. */
+    struct pstat shell;
+    r->start_ticks = read_pstat(r->pid, &shell) == 0 ? shell.start : 0;
+    r->alone = r->start_ticks != 0 && !g_kept_leftovers;
+    for (struct run *o = g_runs; o != NULL; o = o->next)
+        if (!o->finished)
+            o->alone = r->alone = 0;
     r->next = g_runs;
     g_runs = r;
     if (detached) {
@@ -1675,6 +1698,7 @@ static void handle_sweep(struct conn *c, const struct frame_view *f)
 {
     struct plist killed = {0};
     sweep(&killed);
+    g_kept_leftovers = 0; /* nothing of the session is left */
     fb_begin(T_PROCS, f->id);
     fb_int(G_MAX, killed.total);
     for (int i = 0; i < killed.n && fb_room(c->send_max) > TLV_HDR + 8 + CMDLINE_MAX + 64; i++)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -295,12 +296,20 @@ async def test_setsid_double_fork_found_by_tag(client: AgentClient, live_agent: 
     assert await wait_dead(killed[0].pid)
 
 
-async def test_env_i_daemon_caught_by_sweep(client: AgentClient, live_agent: LiveAgent) -> None:
-    """An `env -i` setsid daemon escapes the tag scan, but the session sweep kills it."""
-    command = "setsid -f env -i sleep 34 >/dev/null 2>&1 </dev/null; sleep 0.2"
-    _, result = await run(client, live_agent, command)
-    assert not any(p.cmd == "sleep 34" for p in result.orphans_killed)
-    swept = [p for p in await client.sweep() if p.cmd == "sleep 34"]
+async def test_env_i_daemon_caught_at_once_alone_or_by_the_sweep(client: AgentClient, live_agent: LiveAgent) -> None:
+    """An `env -i` setsid daemon carries no tag. Started by a run that has the session to itself it is that run's
+    leftover by its start time, killed when the run ends; started while another run is live it cannot be told apart
+    from that run's, and the session sweep kills it."""
+    command = "setsid -f env -i sleep {n} >/dev/null 2>&1 </dev/null; sleep 0.2"
+    _, alone = await run(client, live_agent, command.format(n=34))
+    assert [p.cmd for p in alone.orphans_killed] == ["sleep 34"], alone
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, client, live_agent, "sleep 3")
+        await trio.testing.wait_all_tasks_blocked()  # the other run's frame went first: it is live
+        _, shared = await run(client, live_agent, command.format(n=35))
+        nursery.cancel_scope.cancel()
+    assert not any(p.cmd == "sleep 35" for p in shared.orphans_killed)
+    swept = [p for p in await client.sweep() if p.cmd == "sleep 35"]
     assert len(swept) == 1
     assert await wait_dead(swept[0].pid)
 
@@ -613,7 +622,10 @@ async def test_the_agent_stops_when_it_cannot_restore_its_filesystem_ids(asan_ag
         lost = False
         try:
             with trio.fail_after(20):
-                async with open_agent_unix(live.socket, timeout_s=10) as agent_client:
+                async with open_agent_unix(live.socket, timeout_s=10) as agent_client, trio.open_nursery() as nursery:
+                    # Another run is live, so the escapee is found by its tag (its environ), not its start time.
+                    nursery.start_soon(agent_client.run, live.spec("sleep 15"), Capture())
+                    await trio.testing.wait_all_tasks_blocked()
                     await agent_client.run(live.spec(_ESCAPEE), Capture())
         except* (AgentError, SandboxLost):
             lost = True
@@ -635,11 +647,15 @@ async def test_without_setfsuid_the_agent_reads_an_escapee_through_its_effective
     live = start_agent(asan_agent, preexec_fn=seccomp_deny("setfsuid", "setfsgid"))
     try:
         with trio.fail_after(20):
-            async with open_agent_unix(live.socket, timeout_s=10) as agent_client:
+            async with open_agent_unix(live.socket, timeout_s=10) as agent_client, trio.open_nursery() as nursery:
+                # Another run is live, so the escapee is found by its tag (its environ), not its start time.
+                nursery.start_soon(agent_client.run, live.spec("sleep 15"), Capture())
+                await trio.testing.wait_all_tasks_blocked()
                 result = await agent_client.run(live.spec(_ESCAPEE), Capture())
                 assert [p.cmd for p in result.orphans_killed] == ["sleep 30"], result
                 again = await agent_client.run(live.spec("echo again"), Capture())
                 assert again.exit_code == 0
+                nursery.cancel_scope.cancel()
         assert live.proc.poll() is None, live.stderr()
     finally:
         stop_agent(live)

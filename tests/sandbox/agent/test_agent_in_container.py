@@ -187,22 +187,35 @@ async def test_stopping_a_task_stops_what_it_left_running(session: Session) -> N
     assert "alive=0" in (await session.bash(_alive("1000"))).text
 
 
-async def test_env_i_daemon_is_swept_when_the_session_closes(executor: Executor) -> None:
-    """A daemon started under `env -i` (no tag) is killed at the latest when the session closes."""
-    async with executor.open_session(keep=True) as first:
-        started = await first.bash("env -i setsid sleep 305 </dev/null >/dev/null 2>&1 &")
-        assert started.run is not None
-        # As init the agent sees the untagged daemon reparent to it: killed as the command's leftover, or else
-        # by the session-wide sweep.
-        killed_at_once = any("sleep 305" in proc.cmd for proc in started.run.orphans_killed)
-        sid = first.id
-    try:
-        async with executor.attach_session(sid) as again:
-            swept = await again._client.sweep()
-            assert killed_at_once or any("sleep 305" in proc.cmd for proc in swept)
-            assert "alive=0" in (await again.bash(_alive("305"))).text
-    finally:
-        await executor.stop_session(sid)
+async def test_an_untagged_daemon_is_killed_when_its_command_ends(session: Session) -> None:
+    """Daemons started without the run tag (`env -i`, `env -u EXECUTOR_RUN_TAG`, setsid'd out of the group) by a
+    command that had the session to itself are its leftovers all the same: killed when it ends, and listed."""
+    started = await session.bash(
+        "env -i setsid sleep 305 </dev/null >/dev/null 2>&1 & "
+        "env -u EXECUTOR_RUN_TAG setsid sleep 306 </dev/null >/dev/null 2>&1 & sleep 0.3"
+    )
+    assert started.run is not None
+    killed = " ".join(proc.cmd for proc in started.run.orphans_killed)
+    assert "sleep 305" in killed and "sleep 306" in killed, started.run
+    assert "alive=0" in (await session.bash(_alive("305"))).text
+    assert "alive=0" in (await session.bash(_alive("306"))).text
+
+
+async def test_an_untagged_daemon_of_a_running_task_outlives_other_commands(session: Session) -> None:
+    """While a background task runs no command has the session to itself: the task's untagged daemon is nobody's
+    leftover when another command ends (the session's sweep takes it when the session closes)."""
+    task = await session.start_task("env -i setsid sleep 307 </dev/null >/dev/null 2>&1 & sleep 1000")
+    with trio.fail_after(30):
+        while True:
+            if "alive=1" in (await session.bash(_alive("307"))).text:
+                break
+            await trio.sleep(0.05)
+    other = await session.bash("true")
+    assert other.run is not None and not any("sleep 307" in p.cmd for p in other.run.orphans_killed)
+    assert "alive=1" in (await session.bash(_alive("307"))).text
+    await session.stop_task(str((task.data or {})["task_id"]))
+    swept = await session._client.sweep()
+    assert any("sleep 307" in proc.cmd for proc in swept)
 
 
 async def test_many_short_children_leave_no_zombies(session: Session) -> None:
