@@ -117,7 +117,9 @@ def session_json(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
                 value = info[alias]
                 break
         out[key] = _iso(value)
-    if out["idle_s"] is None:
+    if out["idle_s"] is None and info.get("busy"):
+        out["idle_s"] = 0.0  # a command or call runs in it now: not idle, however long ago it began
+    elif out["idle_s"] is None:
         # A backend that records when the session was last used (rather than for how long it has been idle).
         last = next((info[k] for k in ("last_used_at", "last_used") if info.get(k) is not None), None)
         since = _age(last, time.time())

@@ -256,40 +256,42 @@ class Executor:
         """
         policy: Policy | None = None
         # By name, every process of the home finds (and with create, starts) the session under the name's lock: a
-        # session another caller is starting is waited for, never seen half made, and never started twice.
+        # session another caller is starting is waited for, never seen half made, and never started twice; and it is
+        # reached under the lock too, so a stop (which takes it) cannot remove it between finding and reaching it.
         by_name = not is_session_id(id_or_name)
-        async with self.name_lock(id_or_name if by_name else None):
-            try:
-                info = await self.backend.find_session(id_or_name)
-                if (info.stopped_named or (by_name and info.half_made)) and owner_matches(info.owner, owner):
-                    # Asked by name with create: recreated below, on its kept workspace, with the profile it was
-                    # made with. Else the caller is told how.
-                    profile = _kept_profile(info, profile)
-                    raise SessionNotRunning(info.not_running_message())
-            except SessionNotFound as exc:
-                if not create or (isinstance(exc, SessionNotRunning) and is_session_id(id_or_name)):
-                    raise
-                if is_session_id(id_or_name):
-                    # An id is never a name to start: a typo or a stopped session, not a request for a new one.
-                    raise SessionNotFound(f"no session {id_or_name}; `executor session ls` lists them") from exc
-                profile_name, chosen = self._profile(profile, image)
-                policy = self._policy(chosen)  # fail before a container exists
-                info = await self.backend.open_session(
-                    profile=chosen,
-                    profile_name=profile_name,
-                    name=id_or_name,
-                    owner=owner,
-                    idle_limit_s=_idle_choice(idle_s),
-                )
-        if not owner_matches(info.owner, owner):
-            raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
-        try:
-            chosen = self.settings.profile(info.profile)
-        except ConfigError:
-            chosen = self.settings.profile()
-        if policy is None:
-            policy = self._policy(chosen)
-        async with _sole_errors_around(self._connect(info, chosen, policy)) as session:
+        async with AsyncExitStack() as stack:
+            async with self.name_lock(id_or_name if by_name else None):
+                try:
+                    info = await self.backend.find_session(id_or_name)
+                    if (info.stopped_named or (by_name and info.half_made)) and owner_matches(info.owner, owner):
+                        # Asked by name with create: recreated below, on its kept workspace, with the profile it was
+                        # made with. Else the caller is told how.
+                        profile = _kept_profile(info, profile)
+                        raise SessionNotRunning(info.not_running_message())
+                except SessionNotFound as exc:
+                    if not create or (isinstance(exc, SessionNotRunning) and is_session_id(id_or_name)):
+                        raise
+                    if is_session_id(id_or_name):
+                        # An id is never a name to start: a typo or a stopped session, not a request for a new one.
+                        raise SessionNotFound(f"no session {id_or_name}; `executor session ls` lists them") from exc
+                    profile_name, chosen = self._profile(profile, image)
+                    policy = self._policy(chosen)  # fail before a container exists
+                    info = await self.backend.open_session(
+                        profile=chosen,
+                        profile_name=profile_name,
+                        name=id_or_name,
+                        owner=owner,
+                        idle_limit_s=_idle_choice(idle_s),
+                    )
+                if not owner_matches(info.owner, owner):
+                    raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists yours")
+                try:
+                    chosen = self.settings.profile(info.profile)
+                except ConfigError:
+                    chosen = self.settings.profile()
+                if policy is None:
+                    policy = self._policy(chosen)
+                session = await stack.enter_async_context(_sole_errors_around(self._connect(info, chosen, policy)))
             yield session
 
     async def list_sessions(self, *, owner: str | None = None, all_homes: bool = False) -> list[SessionInfo]:

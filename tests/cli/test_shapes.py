@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -65,6 +65,10 @@ def test_a_session_has_one_shape_from_any_source() -> None:
     assert (two["idle_limit_s"], two["idle_s"], two["owner"]) == (60.0, 1.5, None)
     used = shapes.session_json({"id": "s-2", "last_used_at": datetime.now(UTC).isoformat()})
     assert used is not None and 0 <= used["idle_s"] < 60
+    # A command running for a minute: busy, so not idle (the backend's info says busy beside its last use).
+    long_ago = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    busy = shapes.session_json({"id": "s-4", "last_used_at": long_ago, "busy": True})
+    assert busy is not None and busy["idle_s"] == 0.0
     assert shapes.bare_session("s-3") == dict.fromkeys(shapes.SESSION_KEYS) | {"id": "s-3"}
     assert shapes.session_json(None) is None
 
