@@ -150,7 +150,9 @@ def summarize(action: BashAction | WriteAction) -> str:
             f"run in session {_line(action.session_id)}:",
             f"  $ {_line(action.command)}",
             f"  cwd: {_line(action.cwd)}",
-            f"  timeout: {action.timeout_ms} ms",
+            f"  timeout: {action.timeout_ms} ms"
+            if action.timeout_ms is not None
+            else "  timeout: none (a background task)",
         ]
         for name, value in sorted(action.env.items()):
             lines.append(f"  env: {_line(name)}={_line(value)}")

@@ -269,3 +269,9 @@ async def test_a_blocked_result_escapes_the_reasons() -> None:
     with pytest.raises(ApprovalRequired) as caught:
         await request_approval(bash("ls"), None, current_identity=current, reasons=[f"why\n{_FORGED}"])
     assert not any(line.startswith(_FORGED) for line in str(caught.value).splitlines())
+
+
+def test_a_prompt_says_a_background_task_has_no_deadline() -> None:
+    """A task runs without a deadline: the prompt says so (it said "timeout: None ms"), and a run its deadline."""
+    assert "  timeout: none (a background task)" in summarize(bash("serve", timeout_ms=None)).splitlines()
+    assert "  timeout: 5000 ms" in summarize(bash("ls")).splitlines()
