@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictFloat,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -158,7 +159,7 @@ class ExecRequest(_Wire):
     """Extra environment entries."""
     stdin: Base64Bytes | None = None
     """Bytes for stdin (base64), then closed; unset: /dev/null."""
-    timeout_ms: int | None = None
+    timeout_ms: StrictInt | None = None
     """Deadline (default ``bash.timeout_ms``; positive, at most ``bash.max_timeout_ms``: the session checks, so
     the message is the same on every surface)."""
     focus_mode: Literal["off", "shadow", "on"] | None = None
@@ -168,7 +169,7 @@ class ExecRequest(_Wire):
     approvals: Literal["wait", "none"] = "wait"
     """``wait``: an ask waits (up to ``service.approval_timeout_s``) for ``POST /v1/approvals/{id}``; ``none``: an
     ask comes back ``blocked``."""
-    result_streams: bool = True
+    result_streams: StrictBool = True
     """Carry the raw streams in the final result (``false``: its ``stdout``/``stderr`` are empty, for a client that
     kept the live chunks itself; ``*_whole`` still says whether the first ``service.result_stream_max_bytes`` held
     all of each)."""
@@ -290,7 +291,7 @@ class WriteRequest(_Wire):
     """The file's path (relative: inside the workspace)."""
     content: Base64Bytes
     """The content (base64)."""
-    parents: bool = False
+    parents: StrictBool = False
     """Create missing parent folders first (a gated ``mkdir -p``)."""
     mode: str | None = Field(None, pattern=r"^0?[0-7]{3,4}$")
     """Octal mode to set afterwards (a gated ``chmod``), like ``"755"``. Should that chmod be refused or fail, the

@@ -322,3 +322,24 @@ def test_the_hand_written_chunk_line_is_a_chunk_event() -> None:
             event = ChunkEvent.model_validate_json(line)
             assert (event.stream, event.data) == (stream, data)
             assert line == ChunkEvent(stream=stream, data=data).model_dump_json().encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("model", "body"),
+    [
+        ("ExecRequest", '{"command": "true", "timeout_ms": true}'),
+        ("ExecRequest", '{"command": "true", "timeout_ms": "500"}'),
+        ("ExecRequest", '{"command": "true", "result_streams": 1}'),
+        ("WriteRequest", '{"path": "f", "content": "aGk=", "parents": "yes"}'),
+    ],
+)
+def test_request_bodies_take_json_types_as_they_are(model: str, body: str) -> None:
+    """A JSON body's numbers and booleans are taken as such: `true` is no 1 ms deadline, nor "500" a number (both
+    were coerced), as `approve` and `idle_s` already were."""
+    from pydantic import ValidationError
+
+    from executor.service import wire
+
+    with pytest.raises(ValidationError):
+        getattr(wire, model).model_validate_json(body)
+    assert wire.ExecRequest.model_validate_json('{"command": "true", "timeout_ms": 500}').timeout_ms == 500
