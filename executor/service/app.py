@@ -86,7 +86,7 @@ from executor.service.wire import (
     WriteRequest,
     validation_message,
 )
-from executor.session import TaskBytes, ToolResult
+from executor.session import Session, TaskBytes, ToolResult
 from executor.session.presentation import results_read_by
 from executor.tools.archive import pack_command, unpack_command
 from executor.tools.bash import build_run_spec
@@ -387,7 +387,8 @@ class _Api:
             except SessionStopped:
                 artifact = artifacts[-1] if artifacts else None
                 self.service.metrics.command("cancelled", time.monotonic() - started)
-                live.close(ResultEvent(result=_cancelled(raw, artifact, "the session was stopped")))
+                action = _action_of(session, artifact)
+                live.close(ResultEvent(result=_cancelled(raw, artifact, action, "the session was stopped")))
                 return
             except ExecutorError as exc:
                 live.close(ErrorEvent(error=ErrorInfo(type=public_name(exc), message=str(exc))))
@@ -400,7 +401,8 @@ class _Api:
                 # Cancelled by the service's shutdown: the agent has killed the run's process group.
                 artifact = artifacts[-1] if artifacts else None
                 self.service.metrics.command("cancelled", time.monotonic() - started)
-                live.close(ResultEvent(result=_cancelled(raw, artifact, "the service is shutting down")))
+                action = _action_of(session, artifact)
+                live.close(ResultEvent(result=_cancelled(raw, artifact, action, "the service is shutting down")))
                 raise
             self.service.metrics.command(result.outcome, time.monotonic() - started)
             if result.run is not None and result.run.cause == "sandbox_lost":
@@ -614,7 +616,12 @@ class _Api:
                 raise _DownloadCut(f"the download of {query.path} was cut short: {why}")
 
         # The bound goes with the stream: a client whose download is cut at it can say why (a cut says nothing).
-        headers = {"x-executor-artifact": artifacts[-1] if artifacts else "", _DOWNLOAD_BOUND_HEADER: str(limit)}
+        artifact = artifacts[-1] if artifacts else None
+        headers = {
+            "x-executor-artifact": artifact or "",
+            "x-executor-action": _action_of(held.session, artifact) or "",
+            _DOWNLOAD_BOUND_HEADER: str(limit),
+        }
         return _CuttableResponse(body(), media_type="application/x-tar", headers=headers)
 
     # -- output ------------------------------------------------------------------------------------------------
@@ -809,7 +816,18 @@ def _exec_result(result: ToolResult, raw: RawStreams, *, streams: bool = True) -
     )
 
 
-def _cancelled(raw: RawStreams, artifact_id: str | None, why: str) -> ExecResult:
+def _action_of(session: Session, artifact_id: str | None) -> str | None:
+    """The action whose capture ``artifact_id`` is (its record's meta), or None."""
+    if artifact_id is None:
+        return None
+    try:
+        action = session.artifacts.record(artifact_id).meta.get("action_id")
+    except ExecutorError:
+        return None
+    return action if isinstance(action, str) else None
+
+
+def _cancelled(raw: RawStreams, artifact_id: str | None, action_id: str | None, why: str) -> ExecResult:
     stdout, stdout_whole = raw.get("stdout")
     stderr, stderr_whole = raw.get("stderr")
     kept = f"; partial output is kept in artifact {artifact_id}" if artifact_id else ""
@@ -818,6 +836,7 @@ def _cancelled(raw: RawStreams, artifact_id: str | None, why: str) -> ExecResult
         outcome="cancelled",
         text=f"[cancelled: {why}; the whole process group was killed{kept}]",
         artifact_id=artifact_id,
+        action_id=action_id,
         stdout=stdout,
         stderr=stderr,
         stdout_whole=stdout_whole,

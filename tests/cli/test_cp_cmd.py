@@ -63,6 +63,9 @@ def test_a_folder_goes_in_and_comes_back_exact(either_home: Path, tmp_path: Path
         assert back.code == 0, back.stdout + back.stderr
         assert back.json()["direction"] == "from_session" and back.json()["files"] == 3
         assert back.json()["artifact_id"]
+        # The action that packed it, on both paths (the thin one said null: the download's headers named none).
+        assert back.json()["action_id"] and back.json()["action_id"].startswith(back.json()["session"]["id"] + ".x")
+        assert data["action_id"]
         assert listing(tmp_path / "back" / "src") == listing(src)
 
 

@@ -92,6 +92,7 @@ def test_sigterm_lets_short_commands_finish_and_kills_long_ones(service_factory:
         assert short["value"].outcome == "completed" and short["value"].stdout == b"short-done\n"
         assert long["value"].outcome == "cancelled"
         assert b"never" not in long["value"].stdout
+        assert long["value"].action_id and long["value"].artifact_id  # what ran is named, as in any other result
         client.close()
         service.start()
         with service.client() as again:

@@ -179,7 +179,11 @@ def run_cp(conn: Connection, *, source: str, dest: str, session: str | None) -> 
         elif response.status >= 400:
             raise _error(response)
         else:
-            result = {"outcome": "completed", "artifact_id": response.getheader("x-executor-artifact") or None}
+            result = {
+                "outcome": "completed",
+                "artifact_id": response.getheader("x-executor-artifact") or None,
+                "action_id": response.getheader("x-executor-action") or None,
+            }
             bound = response.getheader("x-executor-max-bytes") or ""
             with tempfile.TemporaryFile(prefix="executor-cp-") as spool:
                 try:
