@@ -16,7 +16,7 @@ from mcp_types import (
     ElicitResult,
     InputRequiredResult,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from executor.gate.approvals import ApprovalRequest, printable
 from executor.mcp.results import tool_result
@@ -39,7 +39,7 @@ class _ApprovalForm(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    approve: bool = Field(description="true runs exactly this action once; false refuses it.")
+    approve: StrictBool = Field(description="true runs exactly this action once; false refuses it.")
 
 
 APPROVAL_SCHEMA: dict[str, Any] = {

@@ -141,12 +141,21 @@ async def test_accepted_approval_runs_the_command_once(
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 @pytest.mark.parametrize(
     ("action", "content"),
-    [("decline", None), ("cancel", None), ("accept", {"approve": False}), ("accept", {})],
+    [
+        ("decline", None),
+        ("cancel", None),
+        ("accept", {"approve": False}),
+        ("accept", {}),
+        ("accept", {"approve": "true"}),
+        ("accept", {"approve": "yes"}),
+        ("accept", {"approve": 1}),
+    ],
 )
 async def test_anything_but_an_explicit_approval_runs_nothing(
     stdio_surface: tuple[McpSurface, FakeExecutor], mode: str, action: str, content: dict[str, Any] | None
 ) -> None:
-    """Decline, cancel, approve: false and an empty form all leave the command unrun."""
+    """Decline, cancel, approve: false, an empty form and an approve that is not the JSON true ("true", "yes", 1:
+    pydantic's lax bool took them) all leave the command unrun."""
     surface, executor = stdio_surface
     asked = _asked(action, content)
     async with Client(surface.server, mode=mode, elicitation_callback=asked) as client:
