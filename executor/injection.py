@@ -8,7 +8,10 @@ lines; a test runs both over one corpus.
 Lines are matched as a reader would take them (:func:`reads_as`): escape notation the sanitizer wrote
 (``<U+200B>``, ``\\x1b``, ``\\r``, ``{×N}``) and the untrusted marker are dropped, compatibility forms folded
 (NFKC: fullwidth and styled letters read plain), whitespace is collapsed and case folded, so ``ig<U+200B>nore`` and
-``Ｉｇｎｏｒｅ`` still read ``ignore``. A phrase split over two consecutive non-blank lines flags both.
+``Ｉｇｎｏｒｅ`` still read ``ignore``. A line with notation is also read with the notation as a break between words
+(``ok<U+200B>Ignore`` reads ``ok ignore``) and from its last carriage return (what a terminal shows over the line's
+start), and words run together where something invisible stood (``okIgnore``) are read apart. A phrase split over
+two consecutive non-blank lines flags both.
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ _TRIGGERS: Final[tuple[str, ...]] = tuple(sorted({trigger for _, triggers in _PA
 """What any match contains: a text without one of these is not searched (substring tests are far cheaper than the
 search, which tries every alternative at every position)."""
 _NOTATION: Final = re.compile(
+    # A terminal control sequence (CSI: ESC [ parameters final byte) is notation whole: a terminal shows none of it.
+    r"\\x1b\[[0-9;?]*[ -/]*[@-~]|"
     r"<U\+[0-9A-F]{4,6}>(?:\{×\d+\})?|\\x[0-9a-f]{2}(?:\{×\d+\})?|\\r(?:\{×\d+\})?|" + re.escape(UNTRUSTED_MARKER)
 )
 _SPACES: Final = re.compile(r"\s+")
@@ -107,10 +112,28 @@ def reads_as(escaped: str) -> str:
     """An escaped line as a reader would take it: notation and marker gone, compatibility forms folded (NFKC:
     fullwidth ``Ｉｇｎｏｒｅ`` reads ``Ignore``, ligatures and styled letters read plain), spaces collapsed,
     casefolded."""
-    text = _NOTATION.sub("", escaped)
+    return _fold(_NOTATION.sub("", escaped))
+
+
+def _fold(text: str) -> str:
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text)
     return _SPACES.sub(" ", text).casefold().strip()
+
+
+_CAMEL: Final = re.compile(r"([a-z])([A-Z])")
+_CR: Final = re.compile(r"\\r(?:\{×\d+\})?")
+
+
+def _other_readings(escaped: str) -> tuple[str, ...]:
+    """The other ways a reader may take a line holding escape notation: as a break between words
+    (``ok<U+200B>Ignore``, ``err\\rIgnore`` read ``ok ignore``: dropped, it would glue them into one word no
+    pattern sees), and what follows its last carriage return alone (a terminal shows it over the line's start)."""
+    readings = [_fold(_NOTATION.sub(" ", escaped))]
+    ends = [match.end() for match in _CR.finditer(escaped)]
+    if ends:
+        readings.append(reads_as(escaped[ends[-1] :]))
+    return tuple(readings)
 
 
 _CACHED_LINE_CHARS: Final = 512
@@ -119,15 +142,29 @@ _CACHED_LINE_CHARS: Final = 512
 
 @functools.lru_cache(maxsize=4096)
 def _read_short(line: str) -> tuple[str, bool]:
-    text = reads_as(line)
-    return text, _matches(text)
+    return _read_long(line)
 
 
 def _read(line: str) -> tuple[str, bool]:
     if len(line) <= _CACHED_LINE_CHARS:
         return _read_short(line)
+    return _read_long(line)
+
+
+def _read_long(line: str) -> tuple[str, bool]:
+    """The line's reading (notation dropped) and whether it, or another reading a person may make of its notation,
+    matches."""
     text = reads_as(line)
-    return text, _matches(text)
+    if _matches(text):
+        return text, True
+    others: list[str] = []
+    if _NOTATION.search(line) is not None:
+        others += _other_readings(line)
+    if _may_match(text) and _CAMEL.search(line) is not None:
+        # Words run together where something invisible stood between them (a colour code the sanitizer removed):
+        # ``okIgnore all previous instructions`` reads ``ok ignore ...``.
+        others.append(_fold(_CAMEL.sub(r"\1 \2", _NOTATION.sub(" ", line))))
+    return text, any(_matches(other) for other in others)
 
 
 def _may_match(text: str) -> bool:
