@@ -29,7 +29,16 @@ import trio
 from executor.config import Settings
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.judge import Judge
-from executor.session.api import USE_DEFAULT, ArtifactBytes, ExecResult, FileContent, HandlerChoice, ToolResult
+from executor.session.api import (
+    USE_DEFAULT,
+    ArtifactBytes,
+    ExecResult,
+    FileContent,
+    HandlerChoice,
+    TaskBytes,
+    TaskInfo,
+    ToolResult,
+)
 from executor.session.executor import Executor, open_executor
 from executor.session.tools import Session
 
@@ -125,6 +134,34 @@ class ThreadedSession:
         return await self._call(
             lambda: self.session.read_artifact(artifact_id, stream=stream, offset=offset, max_bytes=max_bytes)
         )
+
+    async def read_output(self, artifact_id: str, **kwargs: Any) -> ToolResult:
+        """See :meth:`executor.session.Session.read_output` (same keyword arguments): what a result's hint names."""
+        return await self._call(lambda: self.session.read_output(artifact_id, **kwargs))
+
+    async def search_output(self, artifact_id: str, **kwargs: Any) -> ToolResult:
+        """See :meth:`executor.session.Session.search_output` (same keyword arguments)."""
+        return await self._call(lambda: self.session.search_output(artifact_id, **kwargs))
+
+    async def start_task(self, command: str, **kwargs: Any) -> ToolResult:
+        """See :meth:`executor.session.Session.start_task` (same keyword arguments)."""
+        return await self._call(lambda: self.session.start_task(command, **kwargs))
+
+    async def read_task(self, task_id: str, **kwargs: Any) -> ToolResult:
+        """See :meth:`executor.session.Session.read_task` (same keyword arguments)."""
+        return await self._call(lambda: self.session.read_task(task_id, **kwargs))
+
+    async def read_task_bytes(self, task_id: str, **kwargs: Any) -> TaskBytes:
+        """See :meth:`executor.session.Session.read_task_bytes` (same keyword arguments)."""
+        return await self._call(lambda: self.session.read_task_bytes(task_id, **kwargs))
+
+    async def stop_task(self, task_id: str, *, owner: str | None = None) -> TaskInfo:
+        """See :meth:`executor.session.Session.stop_task`."""
+        return await self._call(lambda: self.session.stop_task(task_id, owner=owner))
+
+    async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
+        """See :meth:`executor.session.Session.list_tasks`."""
+        return await self._call(lambda: self.session.list_tasks(owner=owner))
 
     async def close(self) -> None:
         """Leave the session: everything it started is killed and its container removed. Idempotent."""

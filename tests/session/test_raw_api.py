@@ -166,6 +166,35 @@ def test_the_threaded_api_serves_asyncio(engine_settings: Settings) -> None:
     assert asyncio.run(main()) == (b"from asyncio\n", "CommandRejected", 90)
 
 
+def test_the_threaded_session_makes_the_calls_its_hints_name(engine_settings: Settings) -> None:
+    """A bash result's recovery hint names read_output and search_output: an asyncio caller holding a
+    ThreadedSession can make them as written, and run background tasks too."""
+
+    async def main() -> None:
+        executor = ThreadedExecutor(engine_settings)
+        await executor.open()
+        try:
+            session = await executor.open_session()
+            try:
+                long = await session.bash("seq 1 50")
+                assert long.artifact_id is not None and "read_output(" in long.text
+                page = await session.read_output(long.artifact_id, stream="stdout", start_line=11)
+                assert page.text.splitlines()[1:2] == ["11"], page.text
+                found = await session.search_output(long.artifact_id, pattern="^42$")
+                assert "42" in found.text
+                task = await session.start_task("echo tick")
+                task_id = str((task.data or {})["task_id"])
+                assert any(t.task_id == task_id for t in await session.list_tasks())
+                await session.stop_task(task_id)
+                assert (await session.read_task_bytes(task_id)).data == b"tick\n"
+            finally:
+                await session.close()
+        finally:
+            await executor.close()
+
+    asyncio.run(main())
+
+
 async def test_bash_streams_stdin_from_a_host_file_bound_to_its_hash(engine_settings: Settings, tmp_path: Path) -> None:
     """A StdinFile's bytes reach the command whole (several frames' worth), and the gated action carries their
     hash, as it would for the same bytes given inline."""
