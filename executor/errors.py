@@ -8,6 +8,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     ├── ServiceUnavailable (ConnectionError)  no executor service answers (executor.client)
     ├── Draining                              the service got SIGTERM and takes no new work
     ├── SessionStopped                        the session was stopped while the request ran (it was cancelled)
+    ├── SessionClosed (RuntimeError)          a Session object used after its block ended (or after close)
     ├── SandboxError                          the container side
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
     │   ├── EngineError                       the engine refused or failed a call
@@ -86,6 +87,7 @@ __all__ = [
     "SandboxError",
     "SandboxLost",
     "ServiceUnavailable",
+    "SessionClosed",
     "SessionNameTaken",
     "SessionNotFound",
     "SessionNotRunning",
@@ -254,6 +256,11 @@ class Draining(ExecutorError):
 class SessionStopped(ExecutorError):
     """The session was stopped (``DELETE``) while this ran: what ran in it was cancelled, its process group killed
     (a 409)."""
+
+
+class SessionClosed(ExecutorError, RuntimeError):
+    """A :class:`~executor.session.Session` was used after the block that opened it ended: its connection and
+    journal are closed (the session itself may still run: attach to it again)."""
 
 
 class GateError(ExecutorError):

@@ -394,3 +394,26 @@ async def test_a_named_session_its_creator_left_in_created_is_recreated(
         finally:
             with trio.CancelScope(shield=True):
                 await ex.backend.stop_session(session_id)
+
+
+async def test_a_session_used_after_its_block_says_so(make_settings: Callable[..., Settings]) -> None:
+    """Every call on a Session whose block ended raises SessionClosed saying what happened and what to do (it raised
+    'journal ... is not open; use the writer as a context manager' or 'the agent client is closed')."""
+    from executor.errors import SessionClosed
+
+    async with open_executor(make_settings()) as ex:
+        async with ex.open_session() as session:
+            done = await session.bash("echo hi")
+        assert done.artifact_id is not None
+        calls = [
+            session.bash("true"),
+            session.exec(["true"]),
+            session.write_file("f", "x"),
+            session.read_output(done.artifact_id),
+            session.search_output(done.artifact_id, pattern="hi"),
+            session.start_task("true"),
+            session.list_tasks(),
+        ]
+        for call in calls:
+            with pytest.raises(SessionClosed, match="used after the block that opened it ended"):
+                await call

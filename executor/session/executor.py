@@ -385,6 +385,7 @@ class Executor:
                     try:
                         yield session
                     finally:
+                        session._mark_closed()
                         nursery.cancel_scope.cancel()
             except BaseException as exc:
                 reason = f"error: {_leaf_name(exc)}"

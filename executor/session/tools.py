@@ -27,6 +27,7 @@ from executor.errors import (
     CommandRejected,
     ExecutorError,
     SandboxLost,
+    SessionClosed,
     SpawnFailed,
     WriteError,
 )
@@ -89,6 +90,7 @@ class Session:
         that then loses its agent is reported cancelled by the stop, not as a lost sandbox."""
         self.info = info
         self._was_stopped = was_stopped
+        self._closed = False
         self._stopped = False
         """The session was found stopped under a run (it stays so)."""
         self.profile = profile
@@ -146,6 +148,17 @@ class Session:
     def journal_path(self) -> Path:
         """The session's decision journal (ndjson)."""
         return self._journal.path
+
+    def _mark_closed(self) -> None:
+        """Its block ended (the executor calls this): every later call raises :class:`SessionClosed`."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed(
+                f"session {self.id} was used after the block that opened it ended (its connection and journal are "
+                "closed); open or attach it again: the session itself may still run"
+            )
 
     async def _lost(self, elapsed_ms: float) -> RunResult:
         """The result of a run whose agent went away: cancelled when the session was being stopped (by any process
@@ -241,6 +254,7 @@ class Session:
         Raises:
             CommandRejected: refused before anything ran (size, timeout above the cap, stdin size).
         """
+        self._check_open()
         spec = build_run_spec(
             command,
             settings=self._settings.bash,
@@ -327,6 +341,7 @@ class Session:
             PathRejected: the path is refused before any container call.
             ContentRejected: the content is larger than ``write.max_bytes``.
         """
+        self._check_open()
         data = content.encode("utf-8") if isinstance(content, str) else content
         try:
             prepared = await self._writer.prepare(path, data, create_parents=create_parents)
@@ -428,6 +443,7 @@ class Session:
         Raises:
             CommandRejected: refused before anything ran (empty list, NUL, size, timeout above the cap, another user).
         """
+        self._check_open()
         words = tuple(argv)
         if not words or not all(isinstance(word, str) for word in words) or not words[0]:
             raise CommandRejected("exec needs a non-empty list of strings: the program, then its arguments")
@@ -527,6 +543,7 @@ class Session:
             WriteFailed: not found (``errno`` ENOENT), not readable by the session user (EACCES), larger than
                 ``max_bytes`` (EFBIG).
         """
+        self._check_open()
         limit = self._settings.write.read_max_bytes
         cap = limit if max_bytes is None else min(max(max_bytes, 0), limit)
         resolved = self._writer.resolve(path)
@@ -558,6 +575,7 @@ class Session:
             ArtifactNotFound: unknown, malformed or another session's id (one message for all).
             ArtifactEvicted, StreamNotFound, OutputRangeError: see :meth:`read_output`.
         """
+        self._check_open()
         record = self.artifacts.record(artifact_id)
         name = stream if stream is not None else next(iter(record.streams), "output")
         # the index's connection belongs to this thread; the read is one bounded pread
@@ -583,6 +601,7 @@ class Session:
             StreamNotFound: the artifact has no such stream.
             OutputRangeError: a range out of bounds.
         """
+        self._check_open()
         await self._tasks.settle_for(artifact_id)
         return await self._output.read_output(
             artifact_id,
@@ -608,6 +627,7 @@ class Session:
             PatternError: the pattern does not compile or is too long.
             PatternTimeout: the pattern ran past ``artifacts.search_timeout_s``.
         """
+        self._check_open()
         await self._tasks.settle_for(artifact_id)
         return await self._output.search_output(
             artifact_id,
@@ -636,6 +656,7 @@ class Session:
         Raises:
             CommandRejected: refused before anything ran, or too many tasks already run.
         """
+        self._check_open()
         spec = build_run_spec(
             command, settings=self._settings.bash, profile=self.profile, cwd=cwd, env=env, background=True
         )
@@ -659,6 +680,7 @@ class Session:
         Raises:
             TaskNotFound: no such task, or it belongs to another owner.
         """
+        self._check_open()
         return await self._tasks.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
 
     async def read_task_bytes(
@@ -676,6 +698,7 @@ class Session:
         Raises:
             TaskNotFound: no such task, or it belongs to another owner.
         """
+        self._check_open()
         return await self._tasks.read_task_bytes(
             task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner
         )
@@ -691,10 +714,12 @@ class Session:
         Raises:
             TaskNotFound: no such task, or it belongs to another owner.
         """
+        self._check_open()
         return await self._tasks.stop_task(task_id, owner=owner)
 
     async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
         """The session's background tasks (only ``owner``'s when an owner is given)."""
+        self._check_open()
         return await self._tasks.list_tasks(owner=owner)
 
     def owner_of(self, task_id: str) -> str | None:
