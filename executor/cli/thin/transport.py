@@ -357,6 +357,15 @@ class Connection:
         self._sock = sock
         self._reader = sock.makefile("rb")
 
+    def _dropped(self) -> bool:
+        """Whether the service closed this idle connection meanwhile (its keep-alive timeout, while this client was
+        busy, say reading a large stdin): an idle connection with anything to read is closed or broken, and a
+        request sent on it would find no answer."""
+        if self._sock is None:
+            return False
+        readable, _, _ = select.select([self._sock], [], [], 0)
+        return bool(readable)
+
     def close(self) -> None:
         """Close it (a later request connects again)."""
         if self._reader is not None:
@@ -382,14 +391,16 @@ class Connection:
             ServiceError: an error status (its body read and parsed).
             Unreachable: the connection broke.
         """
-        if self._last is not None and not (self._last.done and self._last.reusable):
+        # Encoded before the connection is looked at: a large body takes a while, and an idle connection may be
+        # closed by the service meanwhile.
+        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if (self._last is not None and not (self._last.done and self._last.reusable)) or self._dropped():
             self.close()
         if self._sock is None:
             self.connect()
         assert self._sock is not None
         if query:
             path += "?" + _query(query)
-        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         head = [
             f"{method} {path} HTTP/1.1",
             "host: executor",
@@ -439,7 +450,7 @@ class Connection:
         Raises:
             Unreachable: the connection broke before a response came.
         """
-        if self._last is not None and not (self._last.done and self._last.reusable):
+        if (self._last is not None and not (self._last.done and self._last.reusable)) or self._dropped():
             self.close()
         if self._sock is None:
             self.connect()

@@ -162,3 +162,39 @@ def test_nothing_listening_is_unreachable(tmp_path: Path) -> None:
     assert target is not None and not target.explicit
     with pytest.raises(Unreachable, match=f"no executor service answers at {path}"):
         open_connection(target)
+
+
+def test_an_idle_connection_the_service_closed_is_not_reused(tmp_path: Path) -> None:
+    """A service closes an idle keep-alive connection (hypercorn after 5 s; a client busy reading a large stdin
+    meanwhile): the next request goes on a new connection instead of failing with 'no HTTP response'."""
+    path = tmp_path / "s.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(2)
+    closed = threading.Event()
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+    def serve() -> None:
+        for index in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(4096)
+                conn.sendall(answer)
+            if index == 0:
+                closed.set()  # the first connection is closed idle, right after its one answer
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    target = find_service(None, {"EXECUTOR_URL": f"unix://{path}"})
+    assert target is not None
+    conn = open_connection(target, timeout=10)
+    try:
+        assert conn.call("GET", "/v1/one") == {}
+        assert closed.wait(10)
+        assert conn.call("POST", "/v1/two", {"stdin": "x" * 100_000}) == {}
+    finally:
+        conn.close()
+        thread.join(timeout=10)
+        listener.close()
