@@ -86,7 +86,10 @@ def render_bounded_view(
                 parts.append(f"[{name}]")
             if head is not None:
                 text = head.text
-                parts.append(text if text.endswith("\n") or not text else text + "\n[line continues]")
+                if text and not text.endswith("\n"):
+                    # Cut inside a line (it goes on past the page), or the stream's last line has no newline.
+                    text += "\n[line continues]" if head.next_start_byte_in_line is not None else "\n"
+                parts.append(text)
     notice = [f"--- output kept as artifact {record.id} ({record.kind}, {record.status}) ---"]
     for name, info in record.streams.items():
         head = heads.get(name)
@@ -102,7 +105,8 @@ def render_bounded_view(
             )
             notice.append(f"  shown: {shown}; more: {call}")
     if not all_empty:
-        first = next(iter(record.streams))
+        # The first stream with output (stdout may be empty when stderr holds it all).
+        first = next(name for name, info in record.streams.items() if info.bytes_total or info.growing)
         notice.append(f"search: {hints.search(record.id, stream=first, pattern=SEARCH_PLACEHOLDER)}")
     return present(_join([*parts, *notice]))
 

@@ -25,6 +25,22 @@ def test_the_view_shows_head_lines_and_how_to_recover_the_rest(session: SessionA
     assert f"search: executor output search {record.id} --stream stdout --pattern '<regex>'" in cli_view
 
 
+def test_the_search_hint_names_a_stream_with_output_and_a_last_line_without_newline_ends(
+    session: SessionArtifacts,
+) -> None:
+    """With stdout empty and stderr holding the output, the search hint names stderr (searching stdout as written
+    found nothing); a last line without a newline is not said to continue, a line cut by the page is."""
+    capture = session.begin(kind="bash", streams=("stdout", "stderr"))
+    capture.feed("stderr", b"ps: command not found")
+    record = capture.finish(status="ok")
+    view = bounded_view(session, record.id)
+    assert f'search: search_output(artifact_id="{record.id}", stream="stderr", pattern="<regex>")' in view
+    assert "ps: command not found\n" in view and "[line continues]" not in view
+    with open_session(display_max_chars=256) as small:
+        cut = store_bytes(small, b"x" * 5000 + b"\n")
+        assert "[line continues]" in bounded_view(small, cut)
+
+
 def test_view_head_lines_and_truncation_show_in_the_view() -> None:
     """view_head_lines sets how many lines show, and a truncated capture says what was dropped."""
     with open_session(view_head_lines=2, capture_max_bytes=1024) as session:
