@@ -15,10 +15,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CLI_HINTS", "MCP_HINTS", "PYTHON_HINTS", "Hints", "Surface", "hints_for"]
+__all__ = ["CLIENT_HINTS", "CLI_HINTS", "MCP_HINTS", "PYTHON_HINTS", "Hints", "Surface", "hints_for"]
 
-Surface = Literal["python", "mcp", "cli"]
-"""Who reads a result: the Python API, an MCP client (a model), or a person at the CLI."""
+Surface = Literal["python", "mcp", "cli", "client"]
+"""Who reads a result: the Python API, an MCP client (a model), a person at the CLI, or a program using the service
+client (``executor.client``, whose calls name the session first)."""
 
 
 def _py(value: object) -> str:
@@ -33,6 +34,10 @@ class Hints:
     surface: Surface
     """Whose words the calls are in."""
 
+    def _session_of(self, artifact_id: str) -> list[tuple[str, object]]:
+        # The service client's calls name the session first; an artifact id starts with its session's.
+        return [("session", artifact_id.split(".", 1)[0])] if self.surface == "client" else []
+
     def _call(self, tool: str, args: list[tuple[str, object]]) -> str:
         return f"{tool}({', '.join(f'{name}={_py(value)}' for name, value in args)})"
 
@@ -43,7 +48,12 @@ class Hints:
             if start_byte_in_line is not None:
                 words += ["--start-byte-in-line", str(start_byte_in_line)]
             return shlex.join(words)
-        args: list[tuple[str, object]] = [("artifact_id", artifact_id), ("stream", stream), ("start_line", start_line)]
+        args: list[tuple[str, object]] = [
+            *self._session_of(artifact_id),
+            ("artifact_id", artifact_id),
+            ("stream", stream),
+            ("start_line", start_line),
+        ]
         if start_byte_in_line is not None:
             args.append(("start_byte_in_line", start_byte_in_line))
         return self._call("read_output", args)
@@ -55,7 +65,12 @@ class Hints:
             if start_line != 1:
                 words += ["--start-line", str(start_line)]
             return shlex.join(words)
-        args: list[tuple[str, object]] = [("artifact_id", artifact_id), ("stream", stream), ("pattern", pattern)]
+        args: list[tuple[str, object]] = [
+            *self._session_of(artifact_id),
+            ("artifact_id", artifact_id),
+            ("stream", stream),
+            ("pattern", pattern),
+        ]
         if start_line != 1:
             args.append(("start_line", start_line))
         return self._call("search_output", args)
@@ -69,6 +84,9 @@ class Hints:
             return shlex.join([*words, "--stream", stream, "--offset", str(offset)])
         if self.surface == "python":
             return self._call("read_task", [("task_id", task_id), ("stream", stream), ("offset", offset)])
+        if self.surface == "client" and session_id is not None:
+            args = [("session", session_id), ("task_id", task_id), ("stream", stream), ("offset", offset)]
+            return self._call("read_task", args)
         return self._call("task_read", [("task_id", task_id), ("stream", stream), ("offset", offset)])
 
 
@@ -78,8 +96,10 @@ MCP_HINTS = Hints("mcp")
 """Calls of the MCP tools."""
 CLI_HINTS = Hints("cli")
 """``executor`` command lines."""
+CLIENT_HINTS = Hints("client")
+"""Calls on an ``executor.client`` ``Client``/``AsyncClient`` (the session first, then the Python API's names)."""
 
 
 def hints_for(surface: Surface) -> Hints:
     """The hint renderer of ``surface``."""
-    return {"python": PYTHON_HINTS, "mcp": MCP_HINTS, "cli": CLI_HINTS}[surface]
+    return {"python": PYTHON_HINTS, "mcp": MCP_HINTS, "cli": CLI_HINTS, "client": CLIENT_HINTS}[surface]

@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from executor.artifacts import tee_captures
+from executor.artifacts.hints import Surface
 from executor.errors import (
     ApprovalNotFound,
     ArtifactError,
@@ -844,9 +845,10 @@ def _cancelled(raw: RawStreams, artifact_id: str | None, action_id: str | None, 
     )
 
 
+_READERS: Final[dict[str, Surface]] = {"cli": "cli", "mcp": "mcp", "client": "client"}
 _HINTS_HEADER: Final = "x-executor-hints"
-"""A request header naming who reads the results (``cli`` for the thin CLI): their recovery hints are written in
-that reader's words (default: the Python API's)."""
+"""A request header naming who reads the results (``cli`` for the thin CLI, ``client`` for ``executor.client``,
+``mcp``): their recovery hints are written in that reader's words (default: the Python API's)."""
 
 
 class _NoAnswer(Response):
@@ -865,12 +867,9 @@ def _guarded(
 
     async def guarded(request: Request) -> Response:
         try:
-            reader = request.headers.get(_HINTS_HEADER)
-            if reader == "cli":
-                with results_read_by("cli"):
-                    return await handler(request)
-            if reader == "mcp":
-                with results_read_by("mcp"):
+            reader = _READERS.get(request.headers.get(_HINTS_HEADER, ""))
+            if reader is not None:
+                with results_read_by(reader):
                     return await handler(request)
             return await handler(request)
         except _HttpError as exc:

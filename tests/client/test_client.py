@@ -143,3 +143,37 @@ def test_exec_results_match_the_stream(spooling_service: ServiceProcess) -> None
         assert (result.outcome, result.exit_code) == ("failed", 5)
         assert (result.stdout, result.stderr) == (b"a\0b\xff", b"e\0")
         client.stop_session(session)
+
+
+def _calls(text: str, name: str) -> list[dict[str, Any]]:
+    """The keyword arguments of each ``name(...)`` call a result's text shows as a hint."""
+    import ast
+    import re
+
+    found = []
+    for match in re.finditer(rf"\b{name}\((.*?)\)(?:$|\s|;)", text, flags=re.MULTILINE):
+        call = ast.parse(f"f({match.group(1)})", mode="eval").body
+        assert isinstance(call, ast.Call) and not call.args
+        found.append({kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg is not None})
+    return found
+
+
+def test_every_hint_a_client_result_prints_is_a_call_it_can_make(spooling_service: ServiceProcess) -> None:
+    """Results through executor.client name their recovery calls as this client's: the session first, then the
+    rest; each is made as written and answers (the hints named the Python API's calls, without the session)."""
+    with spooling_service.client() as client:
+        session = client.create_session().id
+        try:
+            result = client.exec(session, "seq 1 50; echo oops >&2")
+            reads = _calls(result.text, "read_output")
+            searches = _calls(result.text, "search_output")
+            assert reads and searches, result.text
+            for kwargs in reads:
+                assert kwargs["session"] == session
+                page = client.read_output(**kwargs)
+                assert page.outcome == "completed" and "11" in page.text.splitlines()[1], page.text
+            for kwargs in searches:
+                kwargs["pattern"] = "^4"
+                assert "40" in client.search_output(**kwargs).text
+        finally:
+            client.stop_session(session)
