@@ -442,8 +442,10 @@ class McpSurface:
         task_id: TaskIdArg,
         ctx: Context[Any, Any],
         stream: Annotated[Literal["stdout", "stderr"], Field(description="Which stream to read.")] = "stdout",
-        offset: Annotated[int, Field(ge=0, description="Byte offset to read from (the last read's next_offset).")] = 0,
-        max_bytes: Annotated[int, Field(ge=1, description="Most bytes to return.")] = 65536,
+        offset: Annotated[
+            int, Field(ge=0, le=2**63 - 1, description="Byte offset to read from (the last read's next_offset).")
+        ] = 0,
+        max_bytes: Annotated[int, Field(ge=1, le=2**63 - 1, description="Most bytes to return.")] = 65536,
     ) -> CallToolResult:
         async def body(session: SessionAPI, owner: str | None) -> CallToolResult:
             result = await session.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
