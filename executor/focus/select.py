@@ -165,11 +165,29 @@ def _range(first: int, last: int) -> str:
     return f"{first}" if first == last else f"{first}-{last}"
 
 
+def _first_unshown(shown: Sequence[tuple[int, int]]) -> int:
+    """The first line no shown range holds (where reading the rest starts)."""
+    line = 1
+    for first, last in sorted(shown):
+        if first > line:
+            break
+        line = max(line, last + 1)
+    return line
+
+
 def _receipt(
-    shown: Sequence[tuple[int, int]], total_sections: int, total_lines: int, artifact_id: str, recover: str | None
+    shown: Sequence[tuple[int, int]],
+    total_sections: int,
+    total_lines: int,
+    artifact_id: str,
+    recover: Callable[[int], str] | None,
 ) -> str:
     ranges = ", ".join(_range(first, last) for first, last in shown)
-    how = recover or f"use read_output or search_output on artifact {artifact_id}"
+    how = (
+        recover(min(_first_unshown(shown), total_lines))
+        if recover is not None
+        else f"use read_output or search_output on artifact {artifact_id}"
+    )
     return (
         f"[focus: showing {len(shown)} of {total_sections} sections (lines {ranges} of {total_lines}); "
         f"{how} to recover the rest]"
@@ -183,7 +201,7 @@ def present_focused(
     *,
     artifact_id: str,
     budget_chars: int,
-    recover: str | None = None,
+    recover: Callable[[int], str] | None = None,
 ) -> str:
     """The focused view of a ``select`` decision: the chosen sections, then a coverage receipt.
 
@@ -199,7 +217,8 @@ def present_focused(
         decision: a ``select`` decision validated against ``manifest``.
         artifact_id: the artifact the stream is stored in, named in the receipt.
         budget_chars: characters the view may hold; the receipt is always shown whole.
-        recover: the call that recovers the rest, in the reader's words (default: names the tools).
+        recover: the call that reads the stream from a given line, in the reader's words (default: names the
+            tools); the receipt shows it from the first line not shown.
 
     Raises:
         ValueError: the decision is not ``select``, belongs to another manifest, or the text is not the

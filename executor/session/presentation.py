@@ -186,6 +186,14 @@ class Views:
         await self._gatekeeper.journal.commit()
         return cleaned
 
+    def _reader_from(self, artifact_id: str, stream: str) -> Callable[[int], str]:
+        """The call that reads ``stream`` from a given line, in the reader's words."""
+
+        def call(start_line: int) -> str:
+            return self.hints.read(artifact_id, stream=stream, start_line=start_line)
+
+        return call
+
     def bounded(self, artifact_id: str) -> str:
         """The bounded (head and tail) view of an artifact."""
         return bounded_view(self._artifacts, artifact_id, hints=self.hints)
@@ -387,7 +395,7 @@ class Views:
                     decision,
                     artifact_id=artifact_id,
                     budget_chars=settings.artifacts.display_max_chars // max(1, len(record.streams)),
-                    recover=self.hints.read(artifact_id, stream=stream),
+                    recover=self._reader_from(artifact_id, stream),
                 )
                 focused.append(f"[{stream}]\n{body}" if len(record.streams) > 1 else body)
             elif status == "full" and len(text) <= settings.artifacts.display_max_chars // max(1, len(record.streams)):

@@ -91,6 +91,17 @@ def test_focused_view_respects_the_budget() -> None:
     shown_last = int(match.group(1))
     assert f"ERROR detail {shown_last - 2:04d}" in view and f"ERROR detail {shown_last - 1:04d}" not in view
     assert f"(lines 1-{shown_last} of 501)" in view
+    # The recovery call starts at the first line not shown (it re-read from line 1).
+    called: list[int] = []
+
+    def recover(line: int) -> str:
+        called.append(line)
+        return f"read from {line}"
+
+    view = present_focused(text, manifest, decision, artifact_id="s1.a2", budget_chars=1_000, recover=recover)
+    shown = re.fullmatch(r"\[lines 1-(\d+) \(section continues to line 501\)\]", view.split("\n", 1)[0])
+    assert shown is not None and called[-1] == int(shown.group(1)) + 1
+    assert view.endswith(f"read from {int(shown.group(1)) + 1} to recover the rest]")
 
 
 def test_focused_view_from_a_line_getter() -> None:
