@@ -481,6 +481,12 @@ class Client:
     ) -> ExecResult:
         """Run ``command`` to its end and return its result (raw streams included, bounded).
 
+        With ``approvals="wait"`` (the default) an action the gate asks about waits, up to
+        ``service.approval_timeout_s``, for someone to answer it out of band (:meth:`approvals` and :meth:`answer` from
+        another client, or ``POST /v1/approvals/{id}``) and this call returns only then; nothing else says it
+        waits. Pass ``approvals="none"`` to get the ``blocked`` result at once, or use :meth:`stream_exec`, whose
+        ``approval`` event names the ask as it happens.
+
         Raises:
             SessionNotFound, CommandRejected: before anything ran.
         """
