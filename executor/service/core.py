@@ -728,6 +728,9 @@ class Service:
         if session.name is None:
             await self.stop(session.id, None)
             return
+        # Its background tasks go with it: stopped first, their output kept (as `session stop` does).
+        with trio.move_on_after(self.settings.docker.stop_timeout_s), suppress(ExecutorError):
+            await session.end_tasks()
         await self._close_held(held)
         await self.executor.backend.stop_session(session.id, keep_workspace=True)
         logger.info("stopped idle session %s (its workspace is kept)", session.name)

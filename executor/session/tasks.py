@@ -62,6 +62,8 @@ class BackgroundTasks:
         self._max_running = max_running
         self._display_max_chars = display_max_chars
         self._mirrors: set[str] = set()
+        self._mirrored: dict[str, trio.Event] = {}
+        """Set when the mirror of a task this session started has ended (its artifact finished)."""
         self._import_legacy(legacy_records)
 
     # -- records -----------------------------------------------------------------------------------------------
@@ -122,6 +124,7 @@ class BackgroundTasks:
             )
         )
         self._mirrors.add(task_id)
+        self._mirrored[task_id] = trio.Event()
         self._nursery.start_soon(self._mirror, task_id, action_id, capture)
         return ToolResult(
             tool="task_start",
@@ -181,6 +184,8 @@ class BackgroundTasks:
                     )
                 self._artifacts.finish_task(task_id, artifact_id=capture.artifact_id)
             self._mirrors.discard(task_id)
+            if task_id in self._mirrored:
+                self._mirrored.pop(task_id).set()
 
     def _task_capture(self, task_id: str) -> Capture:
         return self._artifacts.begin(kind="task", streams=("stdout", "stderr"), meta={"task_id": task_id})
@@ -320,6 +325,10 @@ class BackgroundTasks:
         for task in await self._client.list_tasks():
             if task.running:
                 await self._client.stop_task(task.task_id)
+                # A task this session mirrors: its mirror reads the rest and finishes the artifact itself.
+                mirrored = self._mirrored.get(task.task_id)
+                if mirrored is not None:
+                    await mirrored.wait()
         await self._settle_tasks()
 
     async def list_tasks(self, *, owner: str | None) -> list[TaskInfo]:

@@ -434,3 +434,32 @@ def test_a_killed_thin_exec_takes_its_throwaway_session_with_it(service_factory:
         proc.kill()
         proc.wait(30)
         _poll(lambda: client.health().running == 0 and client.list_sessions() == [], 60, "the session to go")
+
+
+def test_an_idle_stop_keeps_the_output_of_the_sessions_tasks(service_factory: Any) -> None:
+    """A named session the service stops for idleness while a background task runs (a task alone is not use): the
+    task is stopped first and its artifact holds what it wrote, as `session stop` does."""
+    service: ServiceProcess = service_factory()
+    service.start()
+    name = new_name()
+    with service.client() as client:
+        view = client.create_session(name=name, idle_s=2)
+        task = client.start_task(name, "for i in $(seq 1 1000); do echo tick$i; sleep 0.05; done")
+        assert task.data is not None and task.artifact_id is not None
+        task_id = str(task.data["task_id"])
+        _poll(lambda: "tick3" in client.read_task(name, task_id).text, 30, "output")
+        _poll(
+            lambda: not any(s.id == view.id and s.state == "running" for s in client.list_sessions()),
+            60,
+            "the idle stop",
+        )
+        # Read from the host's artifact store (the session's container is gone; its workspace is kept).
+        ran = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "--json", "output", "read", task.artifact_id],
+            env={**service.env, "EXECUTOR_SERVICE__SOCKET": str(service.home / "none.sock")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert "tick1\n" in ran.stdout.replace("\\n", "\n") and "still running" not in ran.stdout, ran.stdout
