@@ -417,3 +417,19 @@ async def test_a_session_used_after_its_block_says_so(make_settings: Callable[..
         for call in calls:
             with pytest.raises(SessionClosed, match="used after the block that opened it ended"):
                 await call
+
+
+async def test_stdin_a_command_leaves_unread_never_breaks_the_connection(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """A command that ends without reading its large stdin stops the stdin's sending mid-way: the connection (one
+    per session, shared by its calls) stays whole, and the next calls run (a frame cut in half made the agent read
+    the next one as its rest: the session went unresponsive, then unhealthy)."""
+    big = b"x" * 5_000_000
+    async with open_executor(make_settings()) as ex, ex.open_session() as session:
+        for _ in range(4):
+            ignored = await session.bash("echo ignoring", stdin=big)
+            assert ignored.outcome == "completed", ignored.text
+            with trio.fail_after(30):
+                after = await session.bash("echo after", timeout_ms=10_000)
+            assert (after.outcome, after.stdout) == ("completed", "after\n"), after.text

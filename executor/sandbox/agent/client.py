@@ -142,10 +142,16 @@ class AgentClient:
         self._check()
         async with self._send_lock:
             try:
-                await self._stream.send_all(frame)
+                # A frame goes out whole or the connection is given up: a send cut by a cancellation (a run that
+                # ended while its stdin was still being sent) would leave half a frame, and the agent would read the
+                # next frame as its rest, answering nothing on this connection again. Shielded, bounded.
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + self._margin_s) as whole:
+                    await self._stream.send_all(frame)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._fail(SandboxLost(f"the connection to the agent broke while sending: {exc}"))
                 raise self._lost() from exc
+            if whole.cancelled_caught:
+                raise self._unresponsive("a frame of ours", self._margin_s)
 
     def _check(self) -> None:
         if self._broken is not None:
