@@ -47,6 +47,7 @@ from executor.cli.shapes import EXIT_FAILURE as EXIT_FAILURE
 from executor.cli.shapes import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from executor.cli.shapes import EXIT_TIMEOUT as EXIT_TIMEOUT
 from executor.cli.shapes import EXIT_USAGE as EXIT_USAGE
+from executor.cli.streams import OutputFailed
 from executor.config import Settings, load_settings
 from executor.errors import (
     ActionDenied,
@@ -180,7 +181,9 @@ def failure_of(exc: BaseException) -> Failure:
     leaves = _leaves(exc)
     if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
         return Failure(EXIT_INTERRUPTED, "cancelled", "interrupted")
-    leaf = next((one for one in leaves if isinstance(one, ExecutorError)), leaves[0])
+    leaf = next((one for one in leaves if isinstance(one, ExecutorError | OutputFailed)), leaves[0])
+    if isinstance(leaf, OutputFailed):
+        return Failure(leaf.code, "error", leaf.message)
     if isinstance(leaf, ApprovalRequired):
         return Failure(EXIT_BLOCKED, "blocked", str(leaf))
     if isinstance(leaf, ActionDenied | ApprovalInvalidated):
@@ -260,6 +263,9 @@ class GuardedGroup(TyperGroup):
         except BaseException as exc:
             if isinstance(exc, BrokenPipeError) and _stdout_gone():
                 raise
+            gone = next((leaf for leaf in _leaves(exc) if isinstance(leaf, OutputFailed)), None)
+            if gone is not None and gone.quiet:
+                raise typer.Exit(gone.code) from None  # our reader went away: 141, nothing to say (a shell's way)
             obj = ctx.obj
             json_mode = obj.json if isinstance(obj, CliState) else bool(ctx.params.get("json_output"))
             debug = obj.debug if isinstance(obj, CliState) else bool(ctx.params.get("debug"))

@@ -32,6 +32,7 @@ running); ``75`` blocked and ``77`` denied (``start``: nothing started); ``125``
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal
@@ -59,6 +60,7 @@ from executor.cli.exec_cmd import (
     run_cli,
     session_dict,
 )
+from executor.cli.streams import OutputFailed, silence
 from executor.models import RunResult
 from executor.session import SessionAPI, TaskInfo, ToolResult
 
@@ -182,13 +184,19 @@ def _follower(
     """A job that prints ``stream`` raw from ``offset`` as it grows, and returns how the task ended."""
 
     async def follow(s: SessionAPI) -> RunResult | None:
+        if sys.stdout is None:
+            raise OutputFailed(OSError(errno.EBADF, "stdout is closed"))
         out = sys.stdout.buffer
         at = offset
         while True:
             page = await s.read_task_bytes(task_id, stream=stream, offset=at, max_bytes=max_bytes)
             if page.data:
-                out.write(page.data)
-                out.flush()
+                try:
+                    out.write(page.data)
+                    out.flush()
+                except (OSError, ValueError) as exc:
+                    silence(out)
+                    raise OutputFailed(exc) from None  # following stops; the task goes on
             if page.next_offset > at:
                 at = page.next_offset
                 continue

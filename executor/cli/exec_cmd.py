@@ -75,7 +75,7 @@ from executor.cli._common import (
     state,
 )
 from executor.cli.shapes import missing_session_message
-from executor.cli.streams import read_capped, silence
+from executor.cli.streams import OutputFailed, read_capped, silence
 from executor.config import Settings
 from executor.errors import SessionNotFound, SessionNotRunning
 from executor.gate.approvals import ApprovalHandler, TerminalApprovalHandler
@@ -241,15 +241,22 @@ def read_input(source: str, *, option: str, json_mode: bool, limit: int, setting
 
 class RawTee:
     """The command's raw output as it arrives: written through to this process's stdout and stderr (``live``), and
-    its first ``limit`` bytes per stream kept for ``--json``. A capture tee (it must not raise): a reader of ours that
-    went away (``| head``) stops the write-through, never the command or its capture."""
+    its first ``limit`` bytes per stream kept for ``--json``. A capture tee (it must not raise): when stdout cannot
+    be written (its reader went away, ``| head``; a full disk) it records why in :attr:`failed` and calls
+    :attr:`on_failed` (the call stops its command, as docker exec does); a failing stderr is only silenced."""
 
     def __init__(self, *, live: bool, limit: int) -> None:
         self._live = live
         self._limit = limit
         self._kept: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self._total: dict[str, int] = {"stdout": 0, "stderr": 0}
-        self._outs: dict[str, BinaryIO] = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+        self._outs: dict[str, BinaryIO] = {}
+        for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            if stream is not None:  # a closed descriptor (``>&-``) leaves Python none
+                self._outs[name] = stream.buffer
+        self.failed: OutputFailed | None = None
+        """Why stdout could not be written, once it could not."""
+        self.on_failed: Callable[[], None] | None = None
 
     def __call__(self, stream: str, data: bytes) -> None:
         kept = self._kept.get(stream)
@@ -264,9 +271,13 @@ class RawTee:
             try:
                 out.write(data)
                 out.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
                 del self._outs[stream]
                 silence(out)
+                if stream == "stdout" and self.failed is None:
+                    self.failed = OutputFailed(exc)
+                    if self.on_failed is not None:
+                        self.on_failed()
 
     def get(self, stream: str) -> tuple[bytes, bool]:
         """The kept bytes and whether they are the whole stream."""
@@ -328,9 +339,10 @@ def exec_command(
     raw = RawTee(live=live, limit=settings.service.result_stream_max_bytes)
     seen: list[dict[str, Any]] = []
 
-    async def job(s: SessionAPI) -> ToolResult:
+    async def job(s: SessionAPI) -> ToolResult | None:
         seen.append(session_dict(s))
-        with tee_captures(raw, kind="bash"):
+        with trio.CancelScope() as scope, tee_captures(raw, kind="bash"):
+            raw.on_failed = scope.cancel  # nowhere to write the output: the command is stopped
             return await s.bash(
                 script,
                 cwd=cwd,
@@ -340,8 +352,15 @@ def exec_command(
                 focus_mode=checked_focus,
                 intent=intent,
             )
+        return None
 
-    result = run_cli(settings, where, job, handler=interactive_handler(stdin_used=stdin == "-"))
+    ran = run_cli(settings, where, job, handler=interactive_handler(stdin_used=stdin == "-"))
+    if raw.failed is not None:
+        if not raw.failed.quiet:
+            fail(raw.failed.message, code=raw.failed.code, json_mode=False)
+        raise typer.Exit(raw.failed.code)
+    assert ran is not None  # only a failed write cancels the call
+    result = ran
     code = exit_code_of(result)
     if json_mode:
         stdout, stdout_complete = raw.get("stdout")

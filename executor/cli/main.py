@@ -8,6 +8,7 @@ milliseconds, not the executor's import); everything else, and everything when n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -25,7 +26,9 @@ def main() -> None:
 
         code = run_thin(argv)
         if code is not None:
-            sys.stdout.flush()
+            if sys.stdout is not None:  # None when started with it closed (``>&-``)
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stdout.flush()
             raise SystemExit(code)
         from executor.cli.app import main as run_app
     except KeyboardInterrupt:

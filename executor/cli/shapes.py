@@ -30,6 +30,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_NO_MATCH",
+    "EXIT_PIPE",
     "EXIT_TIMEOUT",
     "EXIT_USAGE",
     "SESSION_KEYS",
@@ -62,6 +63,8 @@ EXIT_TIMEOUT: Final = 124
 EXIT_FAILURE: Final = 125
 EXIT_INTERRUPTED: Final = 130
 """Ctrl-C (128 + SIGINT), as shells report it."""
+EXIT_PIPE: Final = 141
+"""The reader of our stdout went away (``| head``): 128 + SIGPIPE, as a pipeline's writer ends."""
 
 SESSION_KEYS: Final = ("id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s")
 """The one shape of a session in every JSON object: null where the path that printed it does not know."""

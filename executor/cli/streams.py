@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import BinaryIO
 
-__all__ = ["read_capped", "silence"]
+from executor.cli.shapes import EXIT_FAILURE, EXIT_PIPE
+
+__all__ = ["OutputFailed", "read_capped", "silence"]
+
+
+class OutputFailed(Exception):
+    """The command's output could not be written to our stdout: its reader went away (``| head``: exit 141, quietly,
+    as a pipeline's writer) or the write failed (a full disk: exit 125, said). Either way the CLI stops there, as
+    ``docker exec`` does, instead of running on with nowhere to write."""
+
+    def __init__(self, cause: OSError | ValueError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+    @property
+    def code(self) -> int:
+        """The exit status."""
+        return EXIT_PIPE if self.quiet else EXIT_FAILURE
+
+    @property
+    def quiet(self) -> bool:
+        """The reader went away: nothing to say (a shell says nothing of a writer's SIGPIPE)."""
+        return isinstance(self.cause, OSError) and self.cause.errno == errno.EPIPE
+
+    @property
+    def message(self) -> str:
+        """What to say when not quiet."""
+        why = self.cause.strerror if isinstance(self.cause, OSError) and self.cause.strerror else str(self.cause)
+        return f"cannot write the command's output to stdout: {why}"
 
 
 def read_capped(file: BinaryIO, limit: int) -> bytes:

@@ -455,3 +455,37 @@ def test_concurrent_create_of_one_name_starts_one_session(either_home: Path) -> 
         again = race("cat kept.txt")
         assert [(r.code, r.stdout) for r in again] == [(0, "kept\n")] * 6, [r.stderr for r in again]
         assert len(home_containers(home)) == 1
+
+
+@pytest.mark.docker
+def test_stdout_that_cannot_be_written_ends_the_call_as_docker_exec_does(either_home: Path) -> None:
+    """Our stdout's reader going away (``| head``) ends the call with 141 at once (it ran on, writing nowhere, until
+    the command's deadline, then exited 0); a full disk is exit 125 saying so (it was 0, the output lost); stdout
+    closed from the start still runs the command (its code, its stderr), as docker exec does (it was a traceback)."""
+    import os
+
+    home = either_home
+    env = cli_env(home)
+    base = [sys.executable, "-m", "executor.cli", "exec", "--session"]
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        began = time.monotonic()
+        reader = subprocess.Popen([*base, name, "--", "yes"], env=env, stdout=subprocess.PIPE)
+        assert reader.stdout is not None
+        assert reader.stdout.readline() == b"y\n"
+        reader.stdout.close()
+        assert reader.wait(timeout=90) == 141
+        assert time.monotonic() - began < 60  # not the command's 120 s deadline
+        with Path("/dev/full").open("wb") as full:
+            done = subprocess.run(
+                [*base, name, "--", "echo hi"], env=env, stdout=full, stderr=subprocess.PIPE, timeout=120
+            )
+        assert done.returncode == 125 and b"cannot write the command's output to stdout" in done.stderr
+        closed = subprocess.run(
+            [*base, name, "--", "echo hi; echo e >&2; exit 4"],
+            env=env,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: os.close(1),
+            timeout=120,
+        )
+        assert (closed.returncode, closed.stderr) == (4, b"e\n"), closed.stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO, Final, NamedTuple
 
 from executor.cli import shapes
-from executor.cli.streams import read_capped, silence
+from executor.cli.streams import OutputFailed, read_capped, silence
 from executor.cli.thin.transport import (
     Connection,
     Response,
@@ -419,7 +420,10 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
     if EXEC_FRAMES not in (response.getheader("content-type") or ""):
         raise Unreachable("the service does not speak the framed exec stream; upgrade it (or unset EXECUTOR_URL)")
     streamed = _Streamed()
-    outs: dict[int, BinaryIO] = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
+    # A descriptor started closed (``>&-``) leaves Python no stream: that output is not written, as docker's.
+    outs: dict[int, BinaryIO] = {
+        kind: stream.buffer for kind, stream in ((1, sys.stdout), (2, sys.stderr)) if stream is not None
+    }
     try:
         while True:
             header = response.read(_FRAME.size)
@@ -435,10 +439,13 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
                     try:
                         out.write(payload)
                         out.flush()
-                    except (OSError, ValueError):
-                        # Our reader went away (``| head``): the command and its capture go on; we stop writing.
+                    except (OSError, ValueError) as exc:
                         del outs[kind]
                         silence(out)
+                        if kind == 1:
+                            # Nowhere to write the output: stop here, as docker exec does (a throwaway session goes
+                            # with this call; a named session's command runs on into its artifact, as on Ctrl-C).
+                            raise OutputFailed(exc) from None
                 continue
             event = json.loads(payload)
             what = event.get("kind")
@@ -815,6 +822,8 @@ def _bg_follow(client: _Client, parsed: Parsed, task: str, stream: str, offset: 
         query={"stream": stream, "offset": offset, "max_bytes": max_bytes, "follow": True},
         accept="application/x-ndjson",
     )
+    if sys.stdout is None:
+        raise OutputFailed(OSError(errno.EBADF, "stdout is closed"))
     out = sys.stdout.buffer
     run: Any = None
     buffer = b""
@@ -834,8 +843,11 @@ def _bg_follow(client: _Client, parsed: Parsed, task: str, stream: str, offset: 
                     raise ServiceError(404, str(error.get("type")), str(error.get("message")))
                 data = decode_bytes(event.get("data"), "a page")
                 if data:
-                    out.write(data)
-                    out.flush()
+                    try:
+                        out.write(data)
+                        out.flush()
+                    except (OSError, ValueError) as exc:
+                        raise OutputFailed(exc) from None  # following stops; the task goes on
                 run = (event.get("result") or {}).get("run")
     except KeyboardInterrupt:
         sys.stderr.write(f"stopped following; task {task} goes on (executor bg stop {task} stops it)\n")
@@ -946,8 +958,14 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return out.fail(str(exc), shapes.EXIT_FAILURE)
     except KeyboardInterrupt:
         return out.fail("interrupted", shapes.EXIT_INTERRUPTED, "cancelled")
+    except OutputFailed as exc:
+        if not exc.quiet:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"error: {exc.message}\n")
+                sys.stderr.flush()
+        return exc.code
     except BrokenPipeError:
-        return shapes.EXIT_FAILURE
+        return shapes.EXIT_PIPE
     except Exception as exc:
         # Nothing leaves as a traceback: an answer this client cannot read (a service of another version, a proxy
         # in the way) or a bug here is the executor failing, said in one line.
