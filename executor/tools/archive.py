@@ -180,6 +180,16 @@ class TarPacker:
         yield self._emit(b"\0" * (2 * _BLOCK))
 
 
+def _data_keeping_modes(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo | None:
+    """Python's ``data`` filter (no paths or links out of the destination, no devices, no owners from the archive),
+    with the permission bits the archive gives kept: that filter makes every folder 0755 and every file
+    owner-writable (a private 0700 folder came out world-readable). Set-id and sticky bits are still dropped."""
+    checked = tarfile.data_filter(member, dest_path)
+    if checked is None or checked.islnk() or checked.issym():
+        return checked
+    return checked.replace(mode=member.mode & 0o777, deep=False)
+
+
 def extract_tar(archive: IO[bytes], dest: Path) -> ArchiveStats:
     """Unpack a seekable tar ``archive`` into folder ``dest`` (made if missing), checked before anything is written.
 
@@ -198,7 +208,7 @@ def extract_tar(archive: IO[bytes], dest: Path) -> ArchiveStats:
                 tarfile.data_filter(member, root)
             dest.mkdir(parents=True, exist_ok=True)
             # ... and again while extracting (the filter resolves links that earlier members made on disk).
-            tar.extractall(dest, members=members, filter="data")
+            tar.extractall(dest, members=members, filter=_data_keeping_modes)
     except tarfile.FilterError as exc:
         raise UnsafeTarget(f"refused the archive: {exc}; nothing outside {dest} was written") from exc
     except (tarfile.ReadError, EOFError) as exc:

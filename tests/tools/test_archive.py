@@ -122,3 +122,26 @@ def test_a_path_no_command_can_take_is_refused(path: str) -> None:
         pack_command(path)
     with pytest.raises(PathRejected, match="empty or contains a NUL"):
         unpack_command(path)
+
+
+def test_extract_keeps_the_archives_permission_bits_but_no_set_id(tmp_path: Path) -> None:
+    """As docker cp: a private 0700 folder stays 0700, a read-only 0400 file 0400, a group-writable 0775 folder and
+    0664 file keep their bits (Python's data filter made them 0755/0600/0755/0644); set-id and sticky bits are
+    dropped all the same."""
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for name, kind, mode in [
+            ("m", tarfile.DIRTYPE, 0o755),
+            ("m/priv", tarfile.DIRTYPE, 0o700),
+            ("m/shared", tarfile.DIRTYPE, 0o775),
+            ("m/g664", tarfile.REGTYPE, 0o664),
+            ("m/ro400", tarfile.REGTYPE, 0o400),
+            ("m/suid", tarfile.REGTYPE, 0o4755),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = kind, mode
+            tar.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
+    archive.seek(0)
+    extract_tar(archive, tmp_path / "out")
+    modes = {p.name: p.stat().st_mode & 0o7777 for p in (tmp_path / "out" / "m").iterdir()}
+    assert modes == {"priv": 0o700, "shared": 0o775, "g664": 0o664, "ro400": 0o400, "suid": 0o755}
