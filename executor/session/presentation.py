@@ -79,9 +79,13 @@ def run_header(result: RunResult, spec_timeout_ms: int | None, grace_ms: int, *,
     elif result.cause == "oom":
         head = f"[killed by the out-of-memory killer after {seconds}: the session's memory limit was reached]"
     elif result.cause == "timeout":
+        # SIGKILL follows only when the group outlived the grace (the shell's own end says which).
+        kill = (
+            f"then SIGKILL after {grace_ms} ms" if result.signal == 9 else f"and ended within the {grace_ms} ms grace"
+        )
         head = (
-            f"[timed out after {spec_timeout_ms} ms: the whole process group got SIGTERM, then SIGKILL after "
-            f"{grace_ms} ms; partial output is kept]"
+            f"[timed out after {spec_timeout_ms} ms: the whole process group got SIGTERM, {kill}; "
+            "partial output is kept]"
         )
     elif result.cause == "cancelled":
         why = "the session was stopped; " if stopped else ""

@@ -262,7 +262,11 @@ def render_diff(
             line = line[:max_line_chars] + f" [... {cut} more characters on this line]\n"
         shown.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     if not shown:
-        shown.append(f"No change: {path} already holds this content.\n")
+        shown.append(
+            f"--- /dev/null\n+++ b{path}\n(an empty file)\n"
+            if old is None
+            else f"No change: {path} already holds this content.\n"
+        )
     if hidden:
         shown.append(f"[... {hidden} more diff lines not shown (write.diff_max_lines = {max_lines})]\n")
     if prefix_only:

@@ -181,3 +181,17 @@ async def test_a_focused_section_that_starts_inside_a_key_block_redacts_it(engin
         result = await session.bash("cat out.txt", focus_mode="on", intent="why did it fail")
         assert "error: build failed" in result.text and "focus: showing" in result.text
         assert body not in result.text and "[REDACTED:private_key]" in result.text
+
+
+def test_a_timeout_header_says_whether_sigkill_was_needed() -> None:
+    """A group that ended at SIGTERM is not said to have got SIGKILL (it said so whatever happened)."""
+    from executor.models import RunResult
+    from executor.session.presentation import run_header
+
+    def timed_out(signal: int | None, code: int | None) -> RunResult:
+        return RunResult(
+            cause="timeout", exit_code=code, signal=signal, duration_ms=300.0, cpu_ms=0.0, max_rss_kb=0, stream_bytes={}
+        )
+
+    assert "got SIGTERM, and ended within the 3000 ms grace" in run_header(timed_out(15, None), 300, 3000)
+    assert "got SIGTERM, then SIGKILL after 3000 ms" in run_header(timed_out(9, None), 300, 3000)

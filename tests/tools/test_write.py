@@ -395,6 +395,11 @@ def test_render_diff_identical_content() -> None:
         "/w/f", b"same\n", b"same\n", old_size=5, new_size=5, old_sha256=None, new_sha256="0" * 64, max_lines=5
     )
     assert diff == "No change: /w/f already holds this content.\n"
+    # A new empty file is a creation, not "no change" (it said both: created, and already holds this content).
+    created, _, _ = render_diff(
+        "/w/e", None, b"", old_size=0, new_size=0, old_sha256=None, new_sha256="0" * 64, max_lines=5
+    )
+    assert created == "--- /dev/null\n+++ b/w/e\n(an empty file)\n"
 
 
 def test_prepared_write_is_frozen() -> None:

@@ -119,7 +119,7 @@ def copied_text(stats: ArchiveStats, into: str) -> str:
 def failed_text(stderr: str, exit_code: object, artifact_id: object) -> str:
     """What a copy that tar failed prints."""
     said = stderr.strip() or f"tar exited {exit_code}"
-    return f"the copy failed in the session: {said}\n(artifact {artifact_id}: executor output read)"
+    return f"the copy failed in the session: {said}\n(its output: executor output read {artifact_id})"
 
 
 def code_of(outcome: str, exit_code: int | None) -> int:
