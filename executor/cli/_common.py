@@ -66,6 +66,7 @@ from executor.errors import (
     PatternTimeout,
     SessionNotFound,
     SessionRejected,
+    SessionStopped,
     StreamNotFound,
     TaskNotFound,
     UnsafeTarget,
@@ -184,6 +185,8 @@ def failure_of(exc: BaseException) -> Failure:
     leaf = next((one for one in leaves if isinstance(one, ExecutorError | OutputFailed)), leaves[0])
     if isinstance(leaf, OutputFailed):
         return Failure(leaf.code, "error", leaf.message)
+    if isinstance(leaf, SessionStopped):
+        return Failure(EXIT_INTERRUPTED, "cancelled", str(leaf))
     if isinstance(leaf, ApprovalRequired):
         return Failure(EXIT_BLOCKED, "blocked", str(leaf))
     if isinstance(leaf, ActionDenied | ApprovalInvalidated):

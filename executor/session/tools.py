@@ -28,6 +28,7 @@ from executor.errors import (
     ExecutorError,
     SandboxLost,
     SessionClosed,
+    SessionStopped,
     SpawnFailed,
     WriteError,
 )
@@ -160,13 +161,26 @@ class Session:
                 "closed); open or attach it again: the session itself may still run"
             )
 
-    async def _lost(self, elapsed_ms: float) -> RunResult:
-        """The result of a run whose agent went away: cancelled when the session was being stopped (by any process
-        of the home, or its idle limit), else a lost sandbox."""
+    async def _raise_if_stopped(self) -> None:
+        """The agent went away under a call: when the session was stopped (not lost), say so.
+
+        Raises:
+            SessionStopped: it was.
+        """
+        if await self._stopped_now():
+            raise SessionStopped(f"session {self.id} was stopped while this ran; its tasks were stopped with it")
+
+    async def _stopped_now(self) -> bool:
+        """Whether the session is being stopped or gone (asked once the agent went away; it stays so)."""
         if not self._stopped and self._was_stopped is not None:
             with contextlib.suppress(ExecutorError):
                 self._stopped = await self._was_stopped()
-        return _lost(elapsed_ms, stopped=self._stopped)
+        return self._stopped
+
+    async def _lost(self, elapsed_ms: float) -> RunResult:
+        """The result of a run whose agent went away: cancelled when the session was being stopped (by any process
+        of the home, or its idle limit), else a lost sandbox."""
+        return _lost(elapsed_ms, stopped=await self._stopped_now())
 
     async def wait_lost(self) -> None:
         """Return once the connection to the session's agent is gone (its container died, or the session closed):
@@ -699,9 +713,13 @@ class Session:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         self._check_open()
-        return await self._tasks.read_task_bytes(
-            task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner
-        )
+        try:
+            return await self._tasks.read_task_bytes(
+                task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner
+            )
+        except SandboxLost:
+            await self._raise_if_stopped()
+            raise
 
     async def end_tasks(self) -> None:
         """Before the session is stopped: stop every background task still running and keep each one's whole output

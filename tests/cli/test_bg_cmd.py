@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.testing.cli import cli, named_session
+from executor.testing.cli import cli, cli_env, named_session
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 
@@ -212,3 +212,24 @@ def test_read_follow_refuses_json(home: Path) -> None:
     """--follow prints raw bytes: with --json it is exit 2 and a JSON error."""
     ran = cli(home, "--json", "bg", "read", "t1", "--session", "x", "--follow")
     assert ran.code == 2 and "--follow" in ran.json()["error"]
+
+
+def test_a_follow_whose_session_is_stopped_exits_130(either_home: Path) -> None:
+    """`bg read --follow` of a task whose session another call stops ends with 130, as a command cancelled by a
+    stop (it was 2 over a service, 125 in-process)."""
+    home = either_home
+    with named_session(home) as name:
+        ticker = "for i in $(seq 1 2000); do echo tick$i; sleep 0.05; done"
+        started = cli(home, "--json", "bg", "start", "--session", name, "--create", "--", ticker)
+        assert started.code == 0, started.stdout
+        task = started.json()["task_id"]
+        with subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "bg", "read", task, "--session", name, "--follow"],
+            env=cli_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as follow:
+            assert follow.stdout is not None and follow.stderr is not None
+            assert follow.stdout.readline().startswith(b"tick")
+            assert cli(home, "session", "stop", name).code == 0
+            assert follow.wait(timeout=120) == 130, follow.stderr.read()

@@ -63,7 +63,10 @@ class ServiceError(Exception):
 
     @property
     def code(self) -> int:
-        """This process's exit status for it: 2 for the caller's input, 125 for the service failing."""
+        """This process's exit status for it: 130 when the session was stopped under the call (as a command
+        cancelled so), 2 for the caller's input, 125 for the service failing."""
+        if self.type == "SessionStopped":
+            return 130
         return 2 if self.status in _USAGE_STATUSES else 125
 
 
