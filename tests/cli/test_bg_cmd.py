@@ -215,8 +215,9 @@ def test_read_follow_refuses_json(home: Path) -> None:
 
 
 def test_a_follow_whose_session_is_stopped_exits_130(either_home: Path) -> None:
-    """`bg read --follow` of a task whose session another call stops ends with 130, as a command cancelled by a
-    stop (it was 2 over a service, 125 in-process)."""
+    """`bg read --follow` of a task whose session another call stops ends as a command cancelled by it: 143 when it
+    sees the task stopped first (the stop stops the session's tasks, SIGTERM, as `bg stop` does), else 130 (the
+    session went away under it); it was 2 over a service, 125 in-process."""
     home = either_home
     with named_session(home) as name:
         ticker = "for i in $(seq 1 2000); do echo tick$i; sleep 0.05; done"
@@ -232,4 +233,4 @@ def test_a_follow_whose_session_is_stopped_exits_130(either_home: Path) -> None:
             assert follow.stdout is not None and follow.stderr is not None
             assert follow.stdout.readline().startswith(b"tick")
             assert cli(home, "session", "stop", name).code == 0
-            assert follow.wait(timeout=120) == 130, follow.stderr.read()
+            assert follow.wait(timeout=120) in (130, 143), follow.stderr.read()
