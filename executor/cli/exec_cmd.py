@@ -356,9 +356,7 @@ def exec_command(
 
     ran = run_cli(settings, where, job, handler=interactive_handler(stdin_used=stdin == "-"))
     if raw.failed is not None:
-        if not raw.failed.quiet:
-            fail(raw.failed.message, code=raw.failed.code, json_mode=False)
-        raise typer.Exit(raw.failed.code)
+        raise raw.failed  # the CLI's one wrapper reports it (141 quietly, else 125 with its message)
     assert ran is not None  # only a failed write cancels the call
     result = ran
     code = exit_code_of(result)
