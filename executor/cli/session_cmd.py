@@ -146,11 +146,19 @@ def gc(ctx: typer.Context, all_homes: bool = _ALL_HOMES) -> None:
     """Remove this home's leftovers: containers stuck in Created or Exited, and orphaned workspace volumes of
     unnamed sessions. Named sessions' workspaces are kept (`session stop NAME` deletes one)."""
     st = state(ctx)
+    settings = st.settings()
+    # Its own gc only: the one at the executor's start would report nothing here.
+    settings = settings.model_copy(update={"docker": settings.docker.model_copy(update={"gc_on_start": False})})
 
-    async def job(backend: Backend) -> GcReport:
-        return await backend.gc(all_homes=all_homes)
+    async def main() -> GcReport:
+        # Through the executor: a session stopped for idleness has its background tasks stopped first, their output
+        # kept.
+        async with open_executor(
+            settings, api_key=api_key_from(settings.gate.judge, os.environ), surface="cli", pool="off"
+        ) as ex:
+            return await ex.gc(all_homes=all_homes)
 
-    report = _run(ctx, job)
+    report = trio.run(main)
     # Upload bodies a killed service left spooled: nobody's once no service runs for the home.
     spools = clear_unserved_spools(st.settings().home)
     lines = [f"stopped {name} (idle past its limit)" for name in report.idle_stopped]

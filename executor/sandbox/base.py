@@ -28,6 +28,7 @@ from executor.errors import ConfigError
 __all__ = [
     "Backend",
     "BackendFactory",
+    "BeforeStop",
     "ContainerState",
     "GcReport",
     "SessionInfo",
@@ -126,6 +127,10 @@ class GcReport(BaseModel):
     idle_stopped: tuple[str, ...] = ()
     """Sessions (names, or ids) stopped because they were idle past their limit (their containers are also in
     ``removed``, a named one's workspace in ``kept``)."""
+
+
+BeforeStop = Callable[[SessionInfo], Awaitable[None]]
+"""Awaited with a session an idle stop is about to stop (see :meth:`Backend.stop_idle`)."""
 
 
 class Backend(ABC):
@@ -264,11 +269,14 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def gc(self, *, all_homes: bool = False, skip: frozenset[str] = frozenset()) -> GcReport:
+    async def gc(
+        self, *, all_homes: bool = False, skip: frozenset[str] = frozenset(), before_stop: BeforeStop | None = None
+    ) -> GcReport:
         """Remove what this home's sessions (every home's with ``all_homes``) left behind: our labelled
         containers that are Created (older than ``docker.gc_min_age_s``), Exited or dead, unclaimed pooled ones
         whose pool's process is gone, and the workspace volumes of unnamed sessions whose container is gone; and
-        stop the sessions idle past their stored limit (:meth:`stop_idle`, which leaves the ids in ``skip`` alone). A
+        stop the sessions idle past their stored limit (:meth:`stop_idle`, which leaves the ids in ``skip`` alone and
+        awaits ``before_stop`` on each first). A
         named session's workspace volume is never removed here (only by stopping that session): its stopped
         container goes, its data stays and is reported as kept.
         Never touches anything without our labels.
@@ -278,10 +286,12 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def stop_idle(self, *, skip: frozenset[str] = frozenset()) -> GcReport:
+    async def stop_idle(self, *, skip: frozenset[str] = frozenset(), before_stop: BeforeStop | None = None) -> GcReport:
         """Stop this home's sessions idle past their stored limit (see :attr:`SessionInfo.idle_limit_s`), except
         the ids in ``skip`` (sessions the caller holds and judges itself): a named session's container is removed
-        and its workspace volume kept; a session with a command running is never idle. :meth:`gc` does this too.
+        and its workspace volume kept; a session with a command running is never idle. ``before_stop`` is awaited
+        with each session about to be stopped, while no call can start in it (the executor stops its background
+        tasks there and keeps their output). :meth:`gc` does this too.
 
         Raises:
             EngineUnavailable: no engine answers.

@@ -693,7 +693,7 @@ class Service:
             if trio.current_time() >= next_sweep and not self.draining:
                 next_sweep = trio.current_time() + self.settings.sessions.idle_check_s
                 try:
-                    report = await self.executor.backend.gc(skip=frozenset(self.held))
+                    report = await self.executor.gc(skip=frozenset(self.held))
                 except ExecutorError as exc:
                     logger.warning("looking for idle sessions and leftovers failed: %s", exc)
                 else:

@@ -35,7 +35,7 @@ from executor.ids import is_session_id
 from executor.journal import JournalWriter, interruption_journaler, load_journal_key
 from executor.journal.events import SessionClosed, SessionOpened
 from executor.sandbox.agent.client import AgentClient, open_agent_client
-from executor.sandbox.base import Backend, SessionInfo, open_backend
+from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
 from executor.sandbox.names import name_lock
 from executor.session.gating import Gatekeeper, owner_matches
 from executor.session.output import OutputTools
@@ -313,6 +313,15 @@ class Executor:
             await self._end_tasks(info)
             await self.backend.stop_session(info.id)
 
+    async def gc(self, *, all_homes: bool = False, skip: frozenset[str] = frozenset()) -> GcReport:
+        """:meth:`Backend.gc`; a session its idle limit stops has its background tasks stopped first, their output
+        kept, as :meth:`stop_session` does.
+
+        Raises:
+            EngineUnavailable: no engine answers.
+        """
+        return await self.backend.gc(all_homes=all_homes, skip=skip, before_stop=self._end_tasks)
+
     async def _end_tasks(self, info: SessionInfo) -> None:
         """Stop the background tasks of a session about to be stopped and keep their output: it lives in the agent,
         which goes with the container, and their artifacts would stay cut short (``detached``), saying they still
@@ -461,11 +470,6 @@ async def _open_executor(
     assert cache is None or isinstance(cache, AnswerCache)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     async with open_backend(settings) as backend:
-        if settings.docker.gc_on_start:
-            # Best effort: leftovers of killed runs are reaped here, and a failure is `executor session gc`'s to report.
-            with trio.move_on_after(settings.docker.api_timeout_s):
-                with suppress(SandboxError):
-                    await backend.gc()
         store = ArtifactStore.open(
             settings.home, settings.artifacts, on_interrupted=interruption_journaler(settings.home, settings.journal)
         )
@@ -475,11 +479,17 @@ async def _open_executor(
                 if chosen is None:
                     chosen = await stack.enter_async_context(open_judge(settings.gate.judge, api_key=api_key))
                 pools = _pools(settings, backend, pool)
+                executor = Executor(settings, backend, store, chosen, cache, approval_handler, surface, pools)
+                if settings.docker.gc_on_start:
+                    # Best effort: leftovers of killed runs are reaped here, and a failure is `executor session gc`'s
+                    # to report.
+                    with trio.move_on_after(settings.docker.api_timeout_s), suppress(SandboxError):
+                        await executor.gc()
                 async with trio.open_nursery() as nursery:
                     for warm in pools.values():
                         await nursery.start(warm.run)
                     try:
-                        yield Executor(settings, backend, store, chosen, cache, approval_handler, surface, pools)
+                        yield executor
                     finally:
                         # The pools' tasks remove their unclaimed sessions, shielded and bounded, as they unwind.
                         nursery.cancel_scope.cancel()

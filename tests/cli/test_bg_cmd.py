@@ -137,6 +137,30 @@ def test_stopping_a_session_stops_its_tasks_and_keeps_their_output(either_home: 
         assert "still running" not in text and "bg read" not in text, text
 
 
+def test_an_idle_stop_by_gc_stops_the_tasks_and_keeps_their_output(tmp_path: Path) -> None:
+    """`session gc` stopping a named session idle past its limit (a running task alone is not use) stops its
+    background task first: the artifact `bg start` named holds what the task wrote, finished. It stayed cut short,
+    saying the task still ran, while the output went with the container."""
+    home = tmp_path
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name, "--idle", "8").code == 0
+        ticker = "for i in $(seq 1 1000); do echo line$i; sleep 0.05; done"
+        started = cli(home, "--json", "bg", "start", "--session", name, "--", ticker)
+        assert started.code == 0, started.stdout
+        task, artifact = started.json()["task_id"], started.json()["artifact_id"]
+        deadline = time.monotonic() + 30
+        while "line3" not in cli(home, "bg", "read", task, "--session", name).stdout:
+            assert time.monotonic() < deadline
+        deadline = time.monotonic() + 60
+        while name not in cli(home, "--json", "session", "gc").json()["idle_stopped"]:
+            assert time.monotonic() < deadline, "gc never stopped the idle session"
+        paged = cli(home, "--json", "output", "read", artifact)
+        assert paged.code == 0, paged.stdout + paged.stderr
+        text = paged.json()["text"]
+        assert "line1\n" in text and "line3\n" in text, text
+        assert "still running" not in text and "bg read" not in text, text
+
+
 def test_background_tasks_need_a_session(either_home: Path) -> None:
     """Without --session, bg commands exit 2 before starting anything."""
     home = either_home

@@ -30,6 +30,7 @@ from executor.errors import (
 from executor.ids import new_session_id, validate_session_id, validate_session_name
 from executor.sandbox.base import (
     Backend,
+    BeforeStop,
     ContainerState,
     GcReport,
     SessionInfo,
@@ -681,7 +682,7 @@ class DockerBackend(Backend):
             return next((info for info in found if info.state == "running"), found[-1])
         raise SessionNotFound(f"no session {id_or_name!r}; `executor session ls` lists them")
 
-    async def stop_idle(self, *, skip: frozenset[str] = frozenset()) -> GcReport:
+    async def stop_idle(self, *, skip: frozenset[str] = frozenset(), before_stop: BeforeStop | None = None) -> GcReport:
         """See :meth:`Backend.stop_idle`."""
         removed: list[str] = []
         kept: list[str] = []
@@ -701,6 +702,8 @@ class DockerBackend(Backend):
                 if usage.busy or info.idle_for_s(now) <= limit:
                     continue
                 named = info.name is not None
+                if before_stop is not None:
+                    await before_stop(info)
                 await self._remove(session_id, graceful=True, keep_volume=named)
             finally:
                 if held is not None:
@@ -710,9 +713,11 @@ class DockerBackend(Backend):
             stopped.append(info.name or session_id)
         return GcReport(removed=tuple(removed), kept=tuple(kept), idle_stopped=tuple(stopped))
 
-    async def gc(self, *, all_homes: bool = False, skip: frozenset[str] = frozenset()) -> GcReport:
+    async def gc(
+        self, *, all_homes: bool = False, skip: frozenset[str] = frozenset(), before_stop: BeforeStop | None = None
+    ) -> GcReport:
         """See :meth:`Backend.gc`."""
-        idle = await self.stop_idle(skip=skip)
+        idle = await self.stop_idle(skip=skip, before_stop=before_stop)
         removed: list[str] = list(idle.removed)
         kept: list[str] = list(idle.kept)
         min_age = self.settings.docker.gc_min_age_s
