@@ -592,7 +592,8 @@ class SessionSettings(_Section):
     workspace volume is kept (using the name again recreates its container). None (``"none"`` in TOML or the
     environment): no limit. A session may set its own at creation (``session start --idle``, ``idle_s`` in the
     service's ``POST /v1/sessions`` and the Python API); a named session's limit is stored with it (a container
-    label) and enforced by the service, by ``session gc`` and by every executor start (``docker.gc_on_start``); its background tasks are stopped first, their output kept."""
+    label) and enforced by the service, by ``session gc`` and by every executor start (``docker.gc_on_start``);
+    its background tasks are stopped first, their output kept."""
     idle_check_s: float = Field(30.0, gt=0, le=86_400.0)
     """How often the service looks for idle sessions of its home that it does not hold (found by their labels,
     after a restart too) and removes what ``session gc`` removes (exited containers of unnamed sessions, left by a
