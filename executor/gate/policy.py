@@ -212,6 +212,13 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
+def _checked_glob(where: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return _glob_regex(pattern)
+    except re.error as exc:  # a bad character class ('[z-a]')
+        raise ConfigError(f"{where}: glob {pattern!r} is not a valid pattern: {exc}") from exc
+
+
 def _word_match(word: str, token: str) -> bool:
     if token.startswith("re:"):
         return re.fullmatch(token[3:], word) is not None
@@ -448,11 +455,15 @@ def _fill(text: str, workspace: str, home: str) -> str:
 def _compile_regexes(where: str, patterns: list[str]) -> tuple[re.Pattern[str], ...]:
     compiled: list[re.Pattern[str]] = []
     for pattern in patterns:
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise ConfigError(f"{where}: regex {pattern!r} does not compile: {exc}") from exc
+        compiled.append(_compile(where, pattern))
     return tuple(compiled)
+
+
+def _compile(where: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:  # a huge repeat count overflows
+        raise ConfigError(f"{where}: regex {pattern!r} does not compile: {exc}") from exc
 
 
 def _split_words(where: str, text: str) -> tuple[str, ...]:
@@ -462,6 +473,9 @@ def _split_words(where: str, text: str) -> tuple[str, ...]:
         raise ConfigError(f"{where}: pattern {text!r} does not split into words: {exc}") from exc
     if not words:
         raise ConfigError(f"{where}: empty pattern")
+    for word in words:
+        if word.startswith("re:"):
+            _compile(where, word[3:])  # checked here, not first when a command reaches it
     return words
 
 
@@ -508,9 +522,9 @@ def _path_rule(where: str, spec: _PathSpec, workspace: str, home: str, origin: s
         name=spec.name,
         decision=spec.decision,
         justification=spec.justification,
-        globs=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.glob),
+        globs=tuple(_checked_glob(where, _fill(glob, workspace, home)) for glob in spec.glob),
         outside=outside,
-        unless=tuple(_glob_regex(_fill(glob, workspace, home)) for glob in spec.unless_glob),
+        unless=tuple(_checked_glob(where, _fill(glob, workspace, home)) for glob in spec.unless_glob),
         origin=origin,
     )
 

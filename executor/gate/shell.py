@@ -47,6 +47,7 @@ __all__ = [
     "GeneratedCode",
     "ParsedCommand",
     "WriteTarget",
+    "expand_braces",
     "is_simple",
     "parse_command",
     "resolve_target",
@@ -63,6 +64,8 @@ _MAX_WORDS = 4096
 # redirections, substitutions, escapes, grouping, and every control character.
 _NOT_SIMPLE = re.compile(r"[;&|<>()$`\\{}\x00-\x08\x0a-\x1f\x7f]")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+_DEFAULT_ASSIGNMENT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
+"""``${NAME:=VALUE}`` / ``${NAME=VALUE}``: an expansion that assigns."""
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
 """The shells the gate knows by name (their `-c` strings, and the programs they read, are read as commands)."""
 PROGRAM_SHELLS = SHELLS | {"su", "source", "."}
@@ -279,19 +282,47 @@ _BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _GLOB = re.compile(r"[*?\[]")
 
 
-def target_variants(word: str) -> list[str]:
-    """``word`` and the paths the shell may make of it: each brace expansion (``.git/{hooks,x}/f``), and each
-    name a gate cares about that a glob component may match (``.git/hook?`` may be ``.git/hooks``)."""
+def expand_braces(word: str) -> list[str]:
+    """The words bash's brace expansion makes of ``word`` (``{/*,x}`` -> ``/*``, ``x``; ``/{a..c}`` -> ``/a``, ``/b``,
+    ``/c``), at most :data:`_MAX_VARIANTS`; ``[word]`` when it has none."""
     expanded = [word]
-    while any(_BRACES.search(item) for item in expanded) and len(expanded) < _MAX_VARIANTS:
+    while any(_BRACES.search(item) or _SEQUENCE.search(item) for item in expanded) and len(expanded) < _MAX_VARIANTS:
         grown: list[str] = []
         for item in expanded:
             found = _BRACES.search(item)
-            if found is None:
+            if found is not None:
+                parts = found.group(1).split(",")
+            elif (found := _SEQUENCE.search(item)) is not None:
+                parts = _sequence(found.group(1), found.group(2))
+            else:
                 grown.append(item)
                 continue
-            grown.extend(item[: found.start()] + part + item[found.end() :] for part in found.group(1).split(","))
+            grown.extend(item[: found.start()] + part + item[found.end() :] for part in parts)
         expanded = list(dict.fromkeys(grown))[:_MAX_VARIANTS]
+    return expanded
+
+
+_SEQUENCE = re.compile(r"\{(-?[0-9]+|[A-Za-z])\.\.(-?[0-9]+|[A-Za-z])(?:\.\.-?[0-9]+)?\}")
+
+
+def _sequence(first: str, last: str) -> list[str]:
+    """A brace sequence's words (``{a..e}``, ``{1..3}``), at most :data:`_MAX_VARIANTS`; both ends when the ends
+    are of different kinds (bash leaves such a word as it is)."""
+    if first.lstrip("-").isdigit() and last.lstrip("-").isdigit():
+        low, high = int(first), int(last)
+        step = 1 if high >= low else -1
+        return [str(n) for n in itertools.islice(range(low, high + step, step), _MAX_VARIANTS)]
+    if first.isalpha() and last.isalpha():
+        low, high = ord(first), ord(last)
+        step = 1 if high >= low else -1
+        return [chr(n) for n in itertools.islice(range(low, high + step, step), _MAX_VARIANTS)]
+    return [f"{{{first}..{last}}}"]
+
+
+def target_variants(word: str) -> list[str]:
+    """``word`` and the paths the shell may make of it: each brace expansion (``.git/{hooks,x}/f``), and each
+    name a gate cares about that a glob component may match (``.git/hook?`` may be ``.git/hooks``)."""
+    expanded = expand_braces(word)
     out = dict.fromkeys(expanded)
     for item in expanded:
         parts = item.split("/")
@@ -323,8 +354,9 @@ def parse_command(command: str) -> ParsedCommand:
     segments = reading.segments
     candidates: dict[tuple[str, ...], None] = {}
     for segment in segments:
-        for candidate in _unwrap(segment):
-            candidates[candidate] = None
+        for form in (segment, _brace_expanded(segment)):
+            for candidate in _unwrap(form):
+                candidates[candidate] = None
     simple = ok and len(segments) == 1 and bool(command.strip()) and not _NOT_SIMPLE.search(command)
     return ParsedCommand(
         parsed=ok,
@@ -340,6 +372,17 @@ def parse_command(command: str) -> ParsedCommand:
         generated_code=tuple(reading.generated),
         stdin_readers=tuple(dict.fromkeys(reading.stdin_readers)),
     )
+
+
+def _brace_expanded(segment: tuple[str, ...]) -> tuple[str, ...]:
+    """``segment`` with each word brace-expanded in place (``rm -rf {/*,x}`` -> ``rm -rf /* x``), so rules see the
+    words the command runs with; bounded by :data:`_MAX_WORDS`."""
+    words: list[str] = []
+    for word in segment:
+        words.extend(expand_braces(word) if "{" in word else (word,))
+        if len(words) > _MAX_WORDS:
+            return segment
+    return tuple(words)
 
 
 def _tokens(command: str) -> list[tuple[str, bool]]:
@@ -429,28 +472,33 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
     # Process substitutions still open: (the paren depth they close at, the segment index they start at, the
     # programs of the command they feed that read their program from it).
     open_substitutions: list[tuple[int, int, list[str]]] = []
+    # Here-strings ('<<< TEXT') of the simple command being gathered: its stdin, so the program a shell or an
+    # interpreter among its words reads.
+    fed: list[str] = []
+    here_string = False
     for token, operator in tokens:
         if operator:
             parens += token.count("(") - token.count(")")
             if "<" in token or ">" in token:
                 expect_target = True
                 target_written = ">" in token
+                here_string = token.rstrip("(").endswith("<<<")
                 if current and current[-1].isdigit():
                     current.pop()  # an fd number such as the 2 in 2>&1
                 if token.endswith("("):  # process substitution <( ... )
                     expect_target = False
                     flushed = len(reading.segments)
-                    ok &= _flush(current, depth, reading, pipeline_start if piped else None)
-                    current = []
+                    ok &= _flush(current, depth, reading, pipeline_start if piped else None, fed)
+                    current, fed = [], []
                     runners = _program_readers(reading.segments[flushed:], substituted=True)
                     open_substitutions.append((parens - 1, len(reading.segments), runners))
                 continue
             if piped and current and current[0] == "{":
                 piped_groups.append(-1)
-            ok &= _flush(current, depth, reading, pipeline_start if piped else None)
+            ok &= _flush(current, depth, reading, pipeline_start if piped else None, fed)
             if piped_groups and piped_groups[-1] == -1 and current and current[0] == "}":
                 piped_groups.pop()
-            current = []
+            current, fed = [], []
             expect_target = False
             while open_substitutions and parens <= open_substitutions[-1][0]:
                 _, start, runners = open_substitutions.pop()
@@ -468,12 +516,17 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
             continue
         if expect_target:
             expect_target = False
-            if target_written and not token.lstrip("&-").isdigit():
+            # A substitution in a redirection's word runs before the command does ('cat < "$(rm -rf /)"').
+            for inner in _substitutions(token):
+                ok &= _collect(inner, depth + 1, reading)
+            if here_string:
+                fed.append(token)
+            elif target_written and not token.lstrip("&-").isdigit():
                 reading.redirects.append(token)
                 reading.target(token, "redirect")
             continue
         current.append(token)
-    ok &= _flush(current, depth, reading, pipeline_start if piped else None)
+    ok &= _flush(current, depth, reading, pipeline_start if piped else None, fed)
     for _, start, runners in open_substitutions:
         _generated(runners, reading.segments[start:], reading)
     return ok
@@ -489,18 +542,118 @@ def _program_readers(segments: list[tuple[str, ...]], *, substituted: bool = Fal
     for segment in segments:
         for candidate in _unwrap(segment):
             name = candidate[0]
-            operands = [word for word in candidate[1:] if not word.startswith("-")]
             if name in SHELLS or name == "su":
-                options = [word for word in candidate[1:] if word.startswith("-") and not word.startswith("--")]
-                if any("c" in option for option in options):
-                    continue  # 'bash -c CMD': its program is on the command line (read as such)
-                if not operands or operands[0] in _STDIN_NAMES or "-s" in options:
+                if _shell_reads_stdin(name, candidate[1:]):
                     runners.append(name)
-            elif (name in ("source", ".") or (_INTERPRETER.match(name) and not substituted)) and (
-                not operands or operands[0] in _STDIN_NAMES
-            ):
+            elif name in ("source", "."):
+                if len(candidate) == 1 or candidate[1] in _STDIN_NAMES:
+                    runners.append(name)
+            elif _INTERPRETER.match(name) and not substituted and _interpreter_program(name, candidate[1:]) == "-":
                 runners.append(name)
     return runners
+
+
+_SHELL_VALUE_OPTIONS = frozenset({"--rcfile", "--init-file"})
+_SU_VALUE_LETTERS = "sgGw"
+
+
+def _shell_reads_stdin(name: str, args: tuple[str, ...]) -> bool:
+    """Whether a shell (or ``su``) started with ``args`` reads its program from stdin: no ``-c``, and ``-s`` or no
+    script operand (``bash``, ``bash -o posix``, ``bash +x``, ``sh -s -- arg``, ``bash /dev/stdin``). ``su`` runs
+    a shell reading stdin unless given ``-c``; its operand is a user, not a script."""
+    index, from_stdin = 0, False
+    while index < len(args):
+        word = args[index]
+        if word in ("-", "--"):
+            index += 1
+            break
+        if word.startswith("--"):
+            if word == "--command" or word.startswith("--command="):
+                return False
+            index += 2 if word in _SHELL_VALUE_OPTIONS else 1
+            continue
+        if len(word) > 1 and word[0] in "-+":
+            letters = word[1:]
+            if word[0] == "-" and "c" in letters:
+                return False  # 'bash -c CMD': its program is on the command line (read as such)
+            from_stdin = from_stdin or (word[0] == "-" and "s" in letters and name != "su")
+            value_letters = _SU_VALUE_LETTERS if name == "su" else "oO"
+            index += 2 if letters[-1] in value_letters else 1
+            continue
+        break
+    if name == "su":
+        return True
+    operands = args[index:]
+    return from_stdin or not operands or operands[0] in _STDIN_NAMES
+
+
+# Per interpreter family: short options whose value is the next word, short options that name the program (a
+# module, a file: not stdin), and long options that take the next word.
+_INTERPRETER_OPTIONS: dict[str, tuple[str, str, frozenset[str]]] = {
+    "python": ("WXQ", "m", frozenset({"--check-hash-based-pycs"})),
+    "pypy": ("WXQ", "m", frozenset()),
+    "perl": ("IMmx", "", frozenset()),
+    "ruby": ("IrCEFTx", "", frozenset({"--encoding", "--external-encoding", "--internal-encoding"})),
+    "node": ("rC", "", frozenset({"--require", "--import", "--loader", "--experimental-loader", "--input-type",
+                                  "--conditions", "--env-file", "--title"})),
+    "nodejs": ("rC", "", frozenset({"--require", "--import", "--loader", "--input-type"})),
+    "deno": ("", "", frozenset()),
+    "bun": ("r", "", frozenset({"--preload", "--require", "--cwd", "--config"})),
+    "php": ("dcz", "f", frozenset()),
+    "lua": ("l", "", frozenset()),
+    "luajit": ("lj", "", frozenset()),
+    "awk": ("vF", "f", frozenset({"--assign", "--field-separator", "--file", "--include", "--load"})),
+    "gawk": ("vFiEl", "f", frozenset({"--assign", "--field-separator", "--file", "--include", "--load"})),
+    "mawk": ("vF", "f", frozenset({"--assign", "--field-separator"})),
+    "nawk": ("vF", "f", frozenset()),
+}  # fmt: skip
+
+
+def _interpreter_program(name: str, args: tuple[str, ...]) -> str | None:
+    """Where an interpreter started with ``args`` reads its program: the code given on its command line (``-c``,
+    ``-e``, ``--eval``; awk's first operand), ``"-"`` for stdin (no program named: ``python3``,
+    ``python3 -W ignore``, ``python3 -``, ``perl /dev/stdin``), or None for a script file or module."""
+    family = re.sub(r"[0-9.]+$", "", name)
+    awk = family in ("awk", "gawk", "mawk", "nawk")
+    values, program_letters, long_values = _INTERPRETER_OPTIONS.get(family, ("", "", frozenset()))
+    code_letters = _CODE_FLAGS.get(family, "")
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        following = args[index + 1] if index + 1 < len(args) else "-"
+        if arg == "--":
+            index += 1
+            break
+        if arg == "-" or arg in _STDIN_NAMES:
+            return "-"
+        if arg.startswith("--"):
+            key, equals, value = arg.partition("=")
+            if key in _LONG_CODE_FLAGS:
+                return value if equals else following
+            if key in ("--file", "--module"):
+                return None
+            index += 2 if key in long_values and not equals else 1
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            for position, letter in enumerate(arg[1:], start=1):
+                rest = arg[position + 1 :]
+                if letter in code_letters:
+                    return rest or following
+                if letter in program_letters:
+                    return None
+                if letter in values:
+                    index += 1 if rest else 2  # the value is the rest of the word, or the next word
+                    break
+            else:
+                index += 1
+            continue
+        break
+    operands = args[index:]
+    if not operands:
+        return "-"
+    if awk:
+        return operands[0]  # awk's first operand is its program (no -f was given)
+    return "-" if operands[0] in _STDIN_NAMES else None
 
 
 def _generated(runners: list[str], sources: list[tuple[str, ...]], reading: _Reading) -> None:
@@ -512,27 +665,44 @@ def _generated(runners: list[str], sources: list[tuple[str, ...]], reading: _Rea
             reading.generated.append(GeneratedCode(runner=runner, sources=names))
 
 
-def _flush(words: list[str], depth: int, reading: _Reading, piped_from: int | None = None) -> bool:
-    """Read one simple command; ``piped_from``: the index of the first segment of the pipeline it reads."""
+def _flush(
+    words: list[str], depth: int, reading: _Reading, piped_from: int | None = None, fed: list[str] | None = None
+) -> bool:
+    """Read one simple command; ``piped_from``: the index of the first segment of the pipeline it reads; ``fed``:
+    its here-strings (its stdin)."""
     ok = True
     segments = reading.segments
     # A substitution kept inside one word (double quotes) still runs: read what it contains.
     for word in words:
         for inner in _substitutions(word):
             ok &= _collect(inner, depth + 1, reading)
+    if len(words) >= 2 and words[0] in ("for", "select"):
+        _assign(words[1] + "=", reading)  # 'for PATH in /w/bin; do ls; done' sets PATH
     while words and (words[0] in _RESERVED or _ASSIGNMENT.match(words[0])):
         if words[0] not in _RESERVED:
             _assign(words[0], reading)
         words = words[1:]
+    for word in words:
+        for found in _DEFAULT_ASSIGNMENT.finditer(word):  # '${BASH_ENV:=/x}' assigns when unset
+            _assign(found.group(1) + "=", reading)
     if not words:
         return ok
     if len(segments) >= _MAX_SEGMENTS or sum(map(len, segments)) + len(words) > _MAX_WORDS:
         return False
     segment = tuple(words)
-    if piped_from is not None:
-        _generated(_program_readers([segment]), segments[piped_from:], reading)
+    readers = _program_readers([segment])
+    if fed:
+        # 'bash <<< CMD', 'python3 <<< CODE': the here-string is the program its reader runs.
+        for runner in dict.fromkeys(readers):
+            for text in fed:
+                if runner in PROGRAM_SHELLS:
+                    ok &= _collect(text, depth + 1, reading)
+                elif len(reading.code) < _MAX_SEGMENTS:
+                    reading.code.append((runner, text))
+    elif piped_from is not None:
+        _generated(readers, segments[piped_from:], reading)
     elif len(reading.stdin_readers) < _MAX_SEGMENTS:
-        reading.stdin_readers.extend(_program_readers([segment]))
+        reading.stdin_readers.extend(readers)
     segments.append(segment)
     for candidate in _unwrap(segment):
         name = candidate[0]
@@ -620,9 +790,12 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
             elif not arg.startswith("-"):
                 break
     elif name in _DECLARERS:
+        nameref = any(arg.startswith("-") and "n" in arg for arg in args)
         for arg in operands:
             if _ASSIGNMENT.match(arg):
                 _assign(arg, reading)
+                if nameref:  # 'declare -n r=PATH': assigning r later assigns PATH
+                    _assign(arg.partition("=")[2] + "=", reading)
             elif name == "export" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg):
                 _assign(arg + "=", reading)  # exports a value set elsewhere: the name still counts
     elif name == "printf" and len(args) >= 2 and args[0] == "-v":
@@ -653,6 +826,21 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
             for source in operands:
                 if source != folder:
                     reading.target(posixpath.join(folder, posixpath.basename(source.rstrip("/")) or "*"), name)
+    elif name == "uniq":
+        files = _operands(args, "fsw", ("--skip-fields", "--skip-chars", "--check-chars"))
+        if len(files) >= 2:  # 'uniq [INPUT [OUTPUT]]'
+            reading.target(files[1], name)
+    elif name in _COMPRESSORS and not any(
+        arg in ("--stdout", "--to-stdout", "--test", "--list")
+        or (arg[:1] == "-" and arg[1:2] != "-" and set(arg[1:]) & set("ctl"))
+        for arg in args
+    ):
+        # '(un)xz FILE', 'gzip -d FILE.gz': the file is replaced by one with its suffix added or removed.
+        for arg in operands:
+            reading.target(arg, name)
+            stem, dot, suffix = arg.rpartition(".")
+            if dot and stem and "/" not in suffix:
+                reading.target(stem, name)
     elif name in _ALL_OPERANDS:
         for arg in operands[1:] if name in ("chmod", "chown", "chgrp") else operands:
             reading.target(arg, name)
@@ -680,11 +868,40 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
         # '-o FILE' / '--output FILE' / '--output=FILE' name the file written by most tools (sort, git log and
         # format-patch, compilers, curl, wget -O ...); reading too many targets only makes a verdict stricter.
         long_names = ("--output", "--output-document", "--output-file", "--out-file")
-        for value in _option_values(args, "oO" if name == "wget" else "o", long_names, combined=False):
+        letters, combined = ("oO", False) if name == "wget" else ("o", name in _COMBINED_OUTPUT)
+        for value in _option_values(args, letters, long_names, combined=combined):
             reading.target(value, name)
     match = _INTERPRETER.match(name)
     if match is not None:
         _inline_code(name, args, reading)
+
+
+_COMPRESSORS = frozenset(
+    {"gzip", "gunzip", "xz", "unxz", "lzma", "unlzma", "bzip2", "bunzip2", "zstd", "unzstd", "lz4", "lzip",
+     "brotli", "compress", "uncompress", "pigz", "unpigz"}
+)  # fmt: skip
+"""Tools that replace each named file by its (de)compressed form."""
+_COMBINED_OUTPUT = frozenset({"sort", "gcc", "cc", "clang", "ld"})
+"""Tools whose ``-o FILE`` may close a cluster of short flags (``sort -uo FILE``)."""
+
+
+def _operands(args: tuple[str, ...], letters: str, long_names: tuple[str, ...]) -> list[str]:
+    """The operands of a command line whose short options in ``letters`` (and ``long_names``) take the next word
+    as their value when none is attached."""
+    out: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            out.extend(args[index + 1 :])
+            break
+        if arg in long_names or (len(arg) == 2 and arg[0] == "-" and arg[1] in letters):
+            index += 2
+            continue
+        if not arg.startswith("-") or arg == "-":
+            out.append(arg)
+        index += 1
+    return out
 
 
 _IN_PLACE = re.compile(r"^-(?!-)[A-Za-z]*i")
@@ -758,30 +975,9 @@ def _enter(folder: str, reading: _Reading) -> None:
 
 
 def _inline_code(name: str, args: tuple[str, ...], reading: _Reading) -> None:
-    family = re.sub(r"[0-9.]+$", "", name)
-    if family in ("awk", "gawk", "mawk", "nawk"):
-        program = next((arg for arg in args if not arg.startswith("-")), None)
-        if program is not None and len(reading.code) < _MAX_SEGMENTS:
-            reading.code.append((name, program))
-        return
-    letters = _CODE_FLAGS.get(family, "")
-    for index, arg in enumerate(args):
-        if arg == "-" or (arg.startswith("-") and index == len(args) - 1 and arg[-1:] in letters and arg[1:2] != "-"):
-            code = "-"
-        elif arg.split("=", 1)[0] in _LONG_CODE_FLAGS:
-            code = arg.split("=", 1)[1] if "=" in arg else (args[index + 1] if index + 1 < len(args) else "-")
-        elif arg.startswith("-") and not arg.startswith("--") and letters and arg[-1] in letters:
-            code = args[index + 1] if index + 1 < len(args) else "-"
-        elif not arg.startswith("-"):
-            return  # a script file or module argument: its code is not on the command line
-        else:
-            continue
-        if len(reading.code) < _MAX_SEGMENTS:
-            reading.code.append((name, code))
-        return
-    # No script and no code flag: the interpreter reads its program from stdin (a here-document, a pipe).
-    if len(reading.code) < _MAX_SEGMENTS:
-        reading.code.append((name, "-"))
+    code = _interpreter_program(name, args)
+    if code is not None and len(reading.code) < _MAX_SEGMENTS:
+        reading.code.append((name, code))
 
 
 def _substitutions(word: str) -> list[str]:

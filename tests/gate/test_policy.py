@@ -96,6 +96,13 @@ examples.no_match = ["{workspace}/src/hooks/a.py"]
         (_HEAD + 'decision="allow"\nprefix=["ls"]\n', "examples"),
         (_HEAD + 'decision="maybe"\nprefix=["ls"]\nexamples.match=["ls"]\n', "decision"),
         (_HEAD + 'decision="deny"\nregex=["("]\nexamples.match=["x"]\n', "compile"),
+        (_HEAD + 'decision="deny"\nregex=["a{99999999999}"]\nexamples.match=["x"]\n', "compile"),
+        (_HEAD + 'decision="deny"\nprefix=["lsx"]\nargv=["rm re:(bad"]\nexamples.match=["lsx"]\n', "compile"),
+        (_HEAD + 'decision="deny"\nargv=["rm re:(?<=a+)b"]\nexamples.match=["rm x"]\n', "compile"),
+        (
+            '[[path]]\nname="p"\ndecision="deny"\njustification="j"\nglob=["/w/[z-a]"]\nexamples.match=["/w/x"]\n',
+            "not a valid pattern",
+        ),
         (_HEAD + 'decision="deny"\nexamples.match=["x"]\n', "at least one"),
         (_HEAD + 'decision="deny"\nprefix=["x"]\nexamples.match=["x"]\nbogus=1\n', "bogus"),
         ("not toml [", "not valid TOML"),
@@ -173,6 +180,25 @@ def test_compound_commands_are_not_allowed_by_a_read_only_prefix(default_policy:
         ("git push --force origin main", "ask"),
         ("find / -delete", "deny"),
         ("git diff --output=x", None),
+        # A here-string or a redirection's word is read too.
+        ("bash <<< 'rm -rf /*'", "deny"),
+        ("bash -s <<<'rm -rf ~'", "deny"),
+        ('cat < "$(rm -rf /)"', "deny"),
+        ('cat <<< "$(rm -rf /)"', "deny"),
+        ('echo x > "$(rm -rf /)"', "deny"),
+        # Brace expansion does not hide the words a rule checks.
+        ("rm -rf {/*,x}", "deny"),
+        ("rm -rf {/etc,/x}", "deny"),
+        ("rm -rf /{bin,x}", "deny"),
+        ("find {/,x} -delete", "deny"),
+        # Every way a command sets a variable that changes what runs.
+        ("for PATH in /workspace/bin; do ls; done", "ask"),
+        ("declare -n r=PATH; r=/x; ls", "ask"),
+        (": ${BASH_ENV:=/tmp/x}; bash -c true", "ask"),
+        # Tools that write a git hook the reading missed.
+        ("uniq payload .git/hooks/pre-commit", "deny"),
+        ("sort -uo .git/hooks/pre-commit x", "deny"),
+        ("xz -d .git/hooks/pre-commit.xz", "deny"),
     ],
 )
 def test_default_policy_commands(default_policy: Policy, command: str, decision: str | None) -> None:

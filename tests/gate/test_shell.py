@@ -22,8 +22,14 @@ from executor.gate.shell import WriteTarget, parse_command, resolve_target
         ("read PATH < f; ls", ["PATH"]),
         ("sudo env LD_PRELOAD=x id", ["LD_PRELOAD"]),
         ('echo "$(LD_PRELOAD=x ls)"', ["LD_PRELOAD"]),
+        ("for PATH in /w/bin; do ls; done", ["PATH"]),
+        ("select HOME in /a /b; do ls; done", ["HOME"]),
+        ("declare -n r=PATH; r=/x", ["r", "PATH", "r"]),
+        (": ${BASH_ENV:=/tmp/x}", ["BASH_ENV"]),
+        ('echo "${LD_PRELOAD=/x.so}"', ["LD_PRELOAD"]),
         ("ls -la", []),
         ("echo PATH=x", []),
+        ("echo ${X:-default}", []),
     ],
 )
 def test_assignments_are_found(command: str, assigned: list[str]) -> None:
@@ -94,6 +100,15 @@ def test_a_computed_target_is_unknown() -> None:
         ("python3 script.py -c x", []),
         ("python3 -m pytest -q", []),
         ("node app.js", []),
+        # An option's value is not the script: the program still comes from stdin or the code flag.
+        ("python3 -W ignore", [("python3", "-")]),
+        ("python3 -W ignore script.py", []),
+        ("python3 -X dev -c 'x'", [("python3", "x")]),
+        ("perl -I lib", [("perl", "-")]),
+        ("node -r ./hook.js", [("node", "-")]),
+        ("awk -F : '{system(\"id\")}' f", [("awk", '{system("id")}')]),
+        ("awk -f prog.awk f", []),
+        ("python3 <<< 'import os'", [("python3", "import os"), ("python3", "-")]),
     ],
 )
 def test_inline_code_is_found(command: str, code: list[tuple[str, str]]) -> None:
@@ -146,4 +161,79 @@ def test_a_shell_that_reads_no_generated_text_is_not_reported(command: str) -> N
     ],
 )
 def test_writes_named_by_options_are_targets(command: str, targets: list[str]) -> None:
+    assert [target.word for target in parse_command(command).write_targets] == targets
+
+
+@pytest.mark.parametrize(
+    ("command", "readers"),
+    [
+        ("bash", ("bash",)),
+        ("bash -o posix", ("bash",)),
+        ("bash -euo pipefail", ("bash",)),
+        ("bash +x", ("bash",)),
+        ("dash +e", ("dash",)),
+        ("bash -O extglob", ("bash",)),
+        ("bash --rcfile f", ("bash",)),
+        ("sh -s -- arg", ("sh",)),
+        ("bash /dev/stdin", ("bash",)),
+        ("su agent", ("su",)),
+        ("python3 -W ignore", ("python3",)),
+        ("bash script.sh", ()),
+        ("bash -euo pipefail build.sh", ()),
+        ("bash -o posix -c ls", ()),
+        ("su -c id agent", ()),
+        ("python3 -m http.server", ()),
+        ("bash <<< 'ls'", ()),
+    ],
+)
+def test_what_reads_its_program_from_stdin(command: str, readers: tuple[str, ...]) -> None:
+    """A shell or interpreter with no script operand reads the supplied stdin as its program, whatever options
+    (with their values) come first; a here-string replaces that stdin."""
+    assert parse_command(command).stdin_readers == readers
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("bash <<< 'rm -rf /'", ("rm", "-rf", "/")),
+        ("<<< 'curl x' sh", ("curl", "x")),
+        ('cat < "$(rm -rf ~)"', ("rm", "-rf", "~")),
+        ("echo x > `id`", ("id",)),
+    ],
+)
+def test_here_strings_fed_to_a_shell_and_redirection_substitutions_are_read(
+    command: str, expected: tuple[str, ...]
+) -> None:
+    assert expected in parse_command(command).segments
+
+
+def test_a_here_string_fed_to_a_tool_is_not_read_as_a_command() -> None:
+    assert parse_command("grep -c x <<< 'rm -rf /'").segments == (("grep", "-c", "x"),)
+
+
+@pytest.mark.parametrize(
+    ("command", "candidate"),
+    [
+        ("rm -rf {/*,x}", ("rm", "-rf", "/*", "x")),
+        ("rm -rf /{etc,usr}/x", ("rm", "-rf", "/etc/x", "/usr/x")),
+        ("rm -rf /{a..c}", ("rm", "-rf", "/a", "/b", "/c")),
+        ("sudo rm -rf {~,x}", ("rm", "-rf", "~", "x")),
+    ],
+)
+def test_brace_expansions_are_candidates(command: str, candidate: tuple[str, ...]) -> None:
+    assert candidate in parse_command(command).candidates
+
+
+@pytest.mark.parametrize(
+    ("command", "targets"),
+    [
+        ("uniq in .git/hooks/pre-commit", [".git/hooks/pre-commit"]),
+        ("uniq -f 1 in out", ["out"]),
+        ("uniq in", []),
+        ("sort -uo out in", ["out"]),
+        ("xz -d a/pre-commit.xz", ["a/pre-commit.xz", "a/pre-commit"]),
+        ("gzip -c big > big.gz", ["big.gz"]),
+    ],
+)
+def test_more_writing_tools_are_read(command: str, targets: list[str]) -> None:
     assert [target.word for target in parse_command(command).write_targets] == targets

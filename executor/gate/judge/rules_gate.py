@@ -492,7 +492,8 @@ def _assess_mentions(command: str, parsed: ParsedCommand, findings: Findings) ->
     )
     if not writes:
         return
-    for word in _MENTION.findall(command[:_SCAN_LIMIT]):
+    words = _MENTION.findall(command[:_SCAN_LIMIT])
+    for word in words:
         found = _mentioned(word)
         if found is not None:
             findings.raise_to(
@@ -501,6 +502,15 @@ def _assess_mentions(command: str, parsed: ParsedCommand, findings: Findings) ->
                 f"names {found[1]} ({word[:60]}) and can write files in ways the gate cannot follow",
             )
             return
+    # The folder and the hook's name in separate words ('find .git -name pre-commit -exec chmod +x {} +').
+    parts = {part for word in words for variant in target_variants(word) for part in variant.split("/")}
+    hooks = sorted(parts & GIT_HOOK_NAMES)
+    if hooks and parts & {".git", "hooks"}:
+        findings.raise_to(
+            "sensitive_path",
+            2,
+            f"names a git folder and a git hook's name ({hooks[0]}) and can write files in ways the gate cannot follow",
+        )
 
 
 def assess_command(
