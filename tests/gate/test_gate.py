@@ -305,7 +305,11 @@ async def test_reading_and_packing_stay_allowed(default_policy: Policy, command:
     assert outcome.decision == "allow", outcome.reasons
 
 
-_SHELLS_ON_STDIN = ["bash", "sh -s", "bash -s -- x", "bash /dev/stdin", "busybox sh", "env bash", "nice -n 5 dash"]
+_SHELLS_ON_STDIN = [
+    "bash", "sh -s", "bash -s -- x", "bash /dev/stdin", "busybox sh", "env bash", "nice -n 5 dash",
+    # Options, and options' values, are not a script operand.
+    "bash -o posix", "bash +x", "dash +e", "bash -O extglob", "bash -euo pipefail", "bash --rcfile /dev/null",
+]  # fmt: skip
 
 
 def _stdin_run(command: str, program: str | None, *, readable: bool = True) -> BashAction:
@@ -337,9 +341,10 @@ async def test_a_program_on_stdin_nobody_can_read_is_asked_about(default_policy:
     assert data.decision == "allow", data.reasons
 
 
-async def test_an_interpreters_program_on_stdin_is_read_like_inline_code(default_policy: Policy) -> None:
+@pytest.mark.parametrize("command", ["python3 -", "python3", "python3 -W ignore", "python3 -X dev -"])
+async def test_an_interpreters_program_on_stdin_is_read_like_inline_code(default_policy: Policy, command: str) -> None:
     hooks = "open('.git/hooks/pre-commit', 'w').write('id')"
-    outcome = await _gate(default_policy).evaluate(_stdin_run("python3 -", hooks), session_id="s1")
+    outcome = await _gate(default_policy).evaluate(_stdin_run(command, hooks), session_id="s1")
     inline = await _gate(default_policy).evaluate(bash(f'python3 -c "{hooks}"'), session_id="s1")
     assert outcome.decision == inline.decision == "deny", outcome.reasons
 
