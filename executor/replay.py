@@ -7,8 +7,11 @@ in ``policy`` mode no judge is called at all. What it does:
   judgment of this type"): :func:`executor.gate.decision.decide` at the new trust level for each judgment,
   combined with the static verdict by :func:`executor.gate.decision.strictest`. With a policy, the static
   verdict is recomputed from the recorded action; without one, the recorded static verdict is reused;
-* a decision settled by static policy alone (no judgment) is listed as *static-only*: a floor verdict, never
-  replayable;
+* a decision settled by static policy alone (no judgment) is listed as *static-only*: a floor verdict, not
+  replayable at another trust level. With a policy it is re-decided when the new policy decides it alone too (a
+  deny, or an allow whose environment does not change what runs) and when the new policy asks where the old
+  one allowed (judges can only make an ask stricter: at least ``ask``); otherwise the judges that were never
+  asked would decide, and it is *unsupported*;
 * a decision that cannot be reconstructed (a judgment id the journal does not hold, or holds twice, a judgment
   of another action, a failed judgment, an altered action) is listed as *unsupported* with the reason;
 * a focus decision with its recorded section manifest is re-checked: the recorded answers are validated
@@ -30,7 +33,9 @@ from pydantic import BaseModel, ConfigDict
 
 from executor.errors import ExecutorError
 from executor.gate.decision import decide, strictest
+from executor.gate.env import risky_env
 from executor.gate.policy import Policy
+from executor.gate.shell import parse_command
 from executor.journal import (
     ActionPrepared,
     ApprovalOutcome,
@@ -47,7 +52,7 @@ from executor.journal import (
     SectionManifest,
     StaticVerdict,
 )
-from executor.models import Answer, Decision, JudgmentRequest
+from executor.models import Answer, BashAction, Decision, JudgmentRequest
 
 __all__ = [
     "AnswerDrift",
@@ -439,6 +444,25 @@ class _Replayer:
                 parts.append(f"judgment {judgment_id} {before}->{after}")
         return strictest(*decisions), "; ".join(parts) or "same inputs"
 
+    def static_decision(self, event: DecisionEvent) -> tuple[Decision, str]:
+        """A static-only decision under the replay's policy (see the module docstring)."""
+        assert self.policy is not None
+        action = self.index.one_prepared(event.action_id).action
+        evaluated = self.policy.evaluate(action)
+        new = evaluated.decision
+        rules = ", ".join(match.rule for match in evaluated.matches) or "no rule"
+        env_changes = isinstance(action, BashAction) and bool(
+            risky_env(action.env, parse_command(action.command).assignments)
+        )
+        if new == "deny" or (new == "allow" and not env_changes):
+            return new, f"static {event.decision}->{new} ({rules})" if new != event.decision else "same inputs"
+        if new == "ask" and event.decision == "allow":
+            return "ask", f"static allow->ask ({rules}); the judges, never asked then, could only make it stricter"
+        raise _Unsupported(
+            f"policy {self.policy.name} does not decide it alone ({new or 'no rule'}: {rules}); the judges that would "
+            "decide were never asked when it was recorded"
+        )
+
     async def focus(self, line: int, event: FocusDecision) -> FocusReplay:
         if event.manifest is None:
             raise _Unsupported("no section manifest was recorded with this focus decision")
@@ -510,12 +534,18 @@ async def replay(
                     )
                 )
                 continue
-            verdict = index.verdicts.get(event.action_id, [])
-            rules = tuple(match.rule for v in verdict[:1] for match in v.matches)
-            static_only.append(StaticOnly(action_id=event.action_id, line=line, decision=event.decision, rules=rules))
-            continue
+            if policy is None:
+                verdict = index.verdicts.get(event.action_id, [])
+                rules = tuple(match.rule for v in verdict[:1] for match in v.matches)
+                static_only.append(
+                    StaticOnly(action_id=event.action_id, line=line, decision=event.decision, rules=rules)
+                )
+                continue
         try:
-            new, why = await replayer.decision(line, event)
+            if event.judgment_ids:
+                new, why = await replayer.decision(line, event)
+            else:
+                new, why = replayer.static_decision(event)
         except _Unsupported as exc:
             unsupported.append(Unsupported(kind="decision", ref=event.action_id, line=line, reason=exc.reason))
             continue

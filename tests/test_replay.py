@@ -174,6 +174,43 @@ async def test_another_policy_is_applied_to_the_recorded_action(tmp_path: Path) 
     assert change.note is not None and "Nothing is undone or re-run" in change.note
 
 
+def _deny_policy(tmp_path: Path, decision: str = "deny") -> Path:
+    file = tmp_path / "strict.toml"
+    file.write_text(
+        f'[[command]]\nname = "no-ls"\ndecision = "{decision}"\njustification = "Not today."\n'
+        'prefix = ["ls", "cat"]\nexamples.match = ["ls -la"]\nexamples.no_match = ["echo ls"]\n'
+    )
+    return file
+
+
+async def test_a_static_only_decision_is_re_decided_under_another_policy(tmp_path: Path) -> None:
+    """With --policy a decision static policy took alone is re-decided: a static allow the new policy denies is a
+    change (it stayed listed as static-only with the old policy's rule); one it still allows is unchanged."""
+    events = _events(
+        prepared("a1", "ls -la"),
+        verdict("a1", "allow", static_only=True),
+        decision("a1", "allow"),
+        prepared("a2", "echo hi"),
+        verdict("a2", "allow", static_only=True),
+        decision("a2", "allow"),
+    )
+    policy = load_policy(_deny_policy(tmp_path))
+    report = await replay(events, trust=1, policy=policy)
+    (change,) = report.replayed.changes
+    assert (change.action_id, change.old, change.new) == ("a1", "allow", "deny")
+    assert change.why == "static allow->deny (no-ls)"
+    assert report.static_only == () and report.replayed.changed == 1
+    (item,) = report.unsupported  # echo: the new policy has no rule for it, and no judge was asked then
+    assert item.ref == "a2" and "never asked" in item.reason
+
+
+async def test_a_static_allow_the_new_policy_asks_about_is_at_least_ask(tmp_path: Path) -> None:
+    events = _events(prepared("a1", "ls"), verdict("a1", "allow", static_only=True), decision("a1", "allow"))
+    report = await replay(events, trust=1, policy=load_policy(_deny_policy(tmp_path, "ask")))
+    (change,) = report.replayed.changes
+    assert (change.old, change.new) == ("allow", "ask") and "stricter" in change.why
+
+
 async def test_an_altered_action_cannot_be_replayed_under_a_policy(tmp_path: Path) -> None:
     """A recorded action that no longer matches its identity hash is unsupported under --policy."""
     good = prepared("a1", "ls")

@@ -18,7 +18,7 @@ lists them), "journal", "verification", "verification_note", ...the report}``; a
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import trio
@@ -28,7 +28,7 @@ from executor.cli._common import EXIT_USAGE, emit_done, fail, state
 from executor.config import Settings
 from executor.errors import ConfigError, JournalError
 from executor.gate.judge import api_key_from, open_judge
-from executor.gate.policy import Policy, load_policy
+from executor.gate.policy import Policy, load_policy, policy_path
 from executor.journal import JournalRead, load_journal_key, read_journal_file
 from executor.replay import ReplayMode, ReplayReport, replay
 
@@ -63,7 +63,9 @@ def replay_command(
     if policy is not None:
         profile = settings.profile()
         try:
-            loaded = load_policy(policy, workspace=profile.workspace, home=profile.home)
+            loaded = load_policy(
+                policy, workspace=profile.workspace, home=profile.home, resolve=_beside_then_search(policy, settings)
+            )
         except ConfigError as exc:
             fail(str(exc), code=EXIT_USAGE, json_mode=json_mode)
     try:
@@ -178,3 +180,14 @@ def render(report: ReplayReport, *, journal: str) -> str:
         if report.errors_omitted:
             lines.append(f"... and {report.errors_omitted} more refused line(s), not listed (journal.max_issues)")
     return "\n".join(lines)
+
+
+def _beside_then_search(policy: Path, settings: Settings) -> Callable[[str], Path]:
+    """Where a replayed policy's ``extends`` is found: beside the file, else on the profiles' search path (the
+    operator's ``gate.policy_dir``, then the shipped ``policy/``), so ``extends = "default"`` works anywhere."""
+
+    def resolve(name: str) -> Path:
+        beside = policy.with_name(f"{name}.toml")
+        return beside if beside.is_file() else policy_path(settings.gate, name)
+
+    return resolve

@@ -364,8 +364,11 @@ def read_journal(
     Raises:
         JournalCorrupt: strict mode only; the message starts with ``journal line N:``.
     """
-    verify = key is not None and _own_key_signed(stream, key, settings)
-    sealed = key.read_head(head) if (verify and key is not None and head is not None) else None
+    # A head this key sealed says this home wrote the journal: it is verified even when no line carries this key's
+    # signature any more (stripped or replaced signatures are then failures, not an unsigned journal).
+    sealed_here = key.read_head(head) if (key is not None and head is not None) else None
+    verify = key is not None and (sealed_here is not None or _own_key_signed(stream, key, settings))
+    sealed = sealed_here if verify else None
     records: list[JournalRecord] = []
     issues: list[JournalIssue] = []
     omitted = 0
@@ -550,7 +553,7 @@ def read_journal_file(
     if key is not None:
         # The head is read before the journal: a writer seals it only after appending, so every line it names
         # is already in the file when the journal is read.
-        head = _read_head(head_path(path))
+        head = _read_head(head_path(Path(os.path.realpath(path))))  # beside the file, not beside a link to it
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below like any non-regular file.
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)

@@ -167,6 +167,28 @@ def test_policy_file_changes_decisions(tmp_path: Path, home: Path) -> None:
     assert data["replayed"]["unchanged"] + data["replayed"]["changed"] == 2
 
 
+def test_a_replayed_policy_may_extend_a_shipped_one_and_static_only_decisions_are_re_decided(
+    tmp_path: Path, home: Path
+) -> None:
+    """A policy file outside every policy folder that says extends = "default" loads (it was exit 2: "default.toml
+    does not exist"), and the static-only deny of `sudo ls` is re-decided under it: the new policy only asks, so the
+    judges (never asked then) would decide, and it is unsupported, not listed under the old policy's rule."""
+    journal = _write_journal(tmp_path / "journal.ndjson")
+    mine = tmp_path / "elsewhere" / "mine.toml"
+    mine.parent.mkdir()
+    mine.write_text(
+        'extends = "default"\n[[command]]\nname = "no-rm"\ndecision = "deny"\njustification = "j"\n'
+        'prefix = ["rm"]\nexamples.match = ["rm -rf build"]\n'
+    )
+    result = _invoke(["--json", "replay", str(journal), "--policy", str(mine)], home)
+    assert result.exit_code == 0, result.stdout
+    data = json.loads(result.stdout)
+    assert data["policy"] == "mine" and data["static_only"] == []
+    assert data["replayed"]["unchanged"] == 2, data  # a1 (deny), a2 (allow)
+    (a3,) = [item for item in data["unsupported"] if item["ref"] == "a3"]
+    assert "privilege-change" in a3["reason"] and "never asked" in a3["reason"]
+
+
 class _ChatServer:
     """A chat-completions endpoint on 127.0.0.1 that answers gate questions from the material's command."""
 

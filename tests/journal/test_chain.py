@@ -139,6 +139,26 @@ def test_a_missing_or_forged_head_is_reported(home: Path) -> None:
     assert _codes(_read(home, path)) == [(7, "head_missing")]
 
 
+def test_stripped_signatures_under_a_head_this_home_sealed_fail_verification(home: Path) -> None:
+    """Removing every line's signature (or naming another key) does not make a journal this home sealed read as a
+    foreign, unverified one: its head says who wrote it, so every line is checked and fails."""
+    path = _signed(home)
+    stripped = [json.loads(line) for line in _lines(path)]
+    for line in stripped:
+        line.pop("chain", None)
+    path.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in stripped))
+    read = _read(home, path)
+    assert read.verification == "verified" and read.records == () and read.failed_authentication >= 6, read.note
+
+
+def test_a_journal_read_through_a_link_finds_its_head(home: Path, tmp_path: Path) -> None:
+    path = _signed(home)
+    link = tmp_path / "link.ndjson"
+    link.symlink_to(path)
+    read = _read(home, link)
+    assert (read.verification, read.issues) == ("verified", ())
+
+
 def test_strict_mode_raises_at_the_first_forged_line(home: Path) -> None:
     """Strict reads stop at a forged line with its number."""
     path = _signed(home)
