@@ -281,6 +281,10 @@ class BashAction(_Model):
     """The supplied stdin as text when the command runs a shell or an interpreter that reads its program from it
     (``bash``, ``sh -s``, ``python3 -``), so policy, judges and the person approving read the program that runs;
     None otherwise, and when that stdin is not text or past ``gate.stdin_program_max_bytes`` (judged unseen)."""
+    stdin_members: tuple[str, ...] | None = None
+    """The member names of the tar archive the command unpacks from the supplied stdin (``tar -x -f -``: an upload,
+    ``executor cp`` into a session), read on the host so that the files it writes are judged like any write (a
+    last ``...`` says more were not listed); None when the command unpacks no archive or the stdin is not one."""
     timeout_ms: int | None = Field(ge=1)
     """Deadline of the call, in milliseconds; None for a background task (no deadline applies)."""
     exec_argv: tuple[str, ...] | None = None
@@ -302,9 +306,9 @@ class BashAction(_Model):
         Changing any byte of the command, its arguments, cwd, env, stdin, timeout or session changes it.
         """
         argv = self.argv()
-        # exec_argv and stdin_program join the payload only when set, so the identity of every plain bash action is
-        # unchanged (the program is the stdin, already bound by its hash)
-        unset = {name for name in ("exec_argv", "stdin_program") if getattr(self, name) is None}
+        # exec_argv, stdin_program and stdin_members join the payload only when set, so the identity of every plain
+        # bash action is unchanged (the program and the members are the stdin's, already bound by its hash)
+        unset = {name for name in ("exec_argv", "stdin_program", "stdin_members") if getattr(self, name) is None}
         fields = self.model_dump(mode="json", exclude=unset or None)
         payload = {"v": 1, **fields, "argv": None if argv is None else list(argv)}
         return hashlib.sha256(canonical_json(payload)).hexdigest()

@@ -134,6 +134,8 @@ def _line(text: str) -> str:
     return printable(text, keep_newlines=False)
 
 
+_MEMBERS_SHOWN = 50
+"""Most archive member names an approval prompt lists."""
 _GUTTER = "  | "
 """Every diff line is shown after this gutter, so content can never start a line of the prompt itself."""
 
@@ -158,6 +160,13 @@ def summarize(action: BashAction | WriteAction) -> str:
             lines.append(f"  env: {_line(name)}={_line(value)}")
         if action.stdin_sha256:
             lines.append(f"  stdin: sha256 {action.stdin_sha256}")
+        if action.stdin_members is not None:
+            shown = [member for member in action.stdin_members if member != "..."][:_MEMBERS_SHOWN]
+            more = len(action.stdin_members) - len(shown)
+            lines.append(f"  unpacks {len(action.stdin_members)} archive member(s) from stdin:")
+            lines.extend(_GUTTER + _line(member) for member in shown)
+            if more:
+                lines.append(f"{_GUTTER}... and more")
         if action.stdin_program is not None:
             # The program a shell or interpreter reads from that stdin: shown whole, as a write's diff is.
             lines.append("  the program read from stdin:")

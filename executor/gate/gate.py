@@ -106,6 +106,8 @@ def gate_material(
         }
         if action.stdin_sha256 is not None:
             view["stdin_program"] = action.stdin_program
+        if action.stdin_members is not None:
+            view["stdin_members"] = list(action.stdin_members)
     else:
         view = {
             "kind": "write",

@@ -62,6 +62,7 @@ Semantics:
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import posixpath
@@ -314,11 +315,23 @@ _SINKS = re.compile(
 """Redirection targets that are not files a command writes."""
 
 
-def bash_write_paths(parsed: ParsedCommand, *, cwd: str, home: str) -> tuple[str, ...]:
+def bash_write_paths(
+    parsed: ParsedCommand, *, cwd: str, home: str, members: Sequence[str] | None = None
+) -> tuple[str, ...]:
     """The absolute paths a bash command may write that can be placed (see :func:`resolve_target`); device sinks
-    such as ``/dev/null`` are left out."""
+    such as ``/dev/null`` are left out. ``members``: the names of the archive a ``tar -x`` in it unpacks from its
+    stdin (:attr:`BashAction.stdin_members`), placed in the folder it unpacks into."""
     out: dict[str, None] = {}
+    targets = list(parsed.write_targets)
     for target in parsed.write_targets:
+        if members and target.via in ("tar", "bsdtar") and target.word.endswith("/*"):
+            folder = target.word[:-2]
+            targets.extend(
+                dataclasses.replace(target, word=posixpath.join(folder, member))
+                for member in members
+                if member != "..."
+            )
+    for target in targets:
         paths, _ = resolve_target(target, cwd=cwd, home=home)
         for path in paths:
             if not _SINKS.match(path):
@@ -412,7 +425,7 @@ class Policy:
                             justification=env_rule.justification,
                         )
                     )
-            written = bash_write_paths(parsed, cwd=action.cwd, home=self.home)
+            written = bash_write_paths(parsed, cwd=action.cwd, home=self.home, members=action.stdin_members)
             for path_rule in self.bash_path_rules:
                 if any(path_rule.matches(path) for path in written):
                     found.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import shlex
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -56,6 +57,7 @@ from executor.session.gating import Gatekeeper
 from executor.session.output import OutputTools
 from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
+from executor.tools.archive import list_members
 from executor.tools.bash import build_run_spec, cwd_rejection
 from executor.tools.write import AGENT_PATH, WriteTool
 
@@ -219,7 +221,9 @@ class Session:
         exec_argv: tuple[str, ...] | None = None,
     ) -> tuple[str, ToolResult | None]:
         """Gate the exact run ``spec``; returns its action id and, unless it may run, the result to return."""
-        stdin_sha256, stdin_program = await _stdin_facts(spec, self._settings.gate.stdin_program_max_bytes)
+        stdin_sha256, stdin_program, stdin_members = await _stdin_facts(
+            spec, self._settings.gate.stdin_program_max_bytes
+        )
         action = BashAction(
             session_id=self.id,
             command=spec.command,
@@ -227,6 +231,7 @@ class Session:
             env=spec.env,
             stdin_sha256=stdin_sha256,
             stdin_program=stdin_program,
+            stdin_members=stdin_members,
             timeout_ms=spec.timeout_ms,
             exec_argv=exec_argv,
         )
@@ -787,24 +792,37 @@ def _refusal_data(exc: WriteError) -> dict[str, object]:
     return {"error": names.get(code, type(exc).__name__), "errno": code}
 
 
-async def _stdin_facts(spec: RunSpec, max_bytes: int) -> tuple[str | None, str | None]:
-    """A run's stdin's hex SHA-256, and the stdin as text when the command runs a shell or interpreter that reads
-    its program from it (UTF-8 of at most ``max_bytes``; else None). A file is read once, in a thread."""
+async def _stdin_facts(spec: RunSpec, max_bytes: int) -> tuple[str | None, str | None, tuple[str, ...] | None]:
+    """A run's stdin's hex SHA-256; the stdin as text when the command runs a shell or interpreter that reads its
+    program from it (UTF-8 of at most ``max_bytes``; else None); and the member names of the tar it unpacks from it
+    (see :attr:`BashAction.stdin_members`). A file is read in a thread, its archive listing streamed."""
     stdin = spec.stdin
     if stdin is None:
-        return None, None
-    wanted = bool(parse_command(spec.command).stdin_readers)
+        return None, None, None
+    parsed = parse_command(spec.command)
+    wanted = bool(parsed.stdin_readers)
+    unpacks = any(target.via in ("tar", "bsdtar") for target in parsed.write_targets)
+    members: tuple[str, ...] | None = None
     if isinstance(stdin, bytes):
         data = stdin
-    elif wanted and stdin.size <= max_bytes:
-        data = (await trio.to_thread.run_sync(Path(stdin.path).read_bytes))[: stdin.size]
+        if unpacks:
+            members = list_members(io.BytesIO(data))
     else:
-        return await trio.to_thread.run_sync(_file_sha256, stdin), None
+        if unpacks:
+            members = await trio.to_thread.run_sync(_list_file_members, stdin)
+        if not (wanted and stdin.size <= max_bytes):
+            return await trio.to_thread.run_sync(_file_sha256, stdin), None, members
+        data = (await trio.to_thread.run_sync(Path(stdin.path).read_bytes))[: stdin.size]
     program = None
     if wanted and len(data) <= max_bytes:
         with contextlib.suppress(UnicodeDecodeError):
             program = data.decode("utf-8")
-    return hashlib.sha256(data).hexdigest(), program
+    return hashlib.sha256(data).hexdigest(), program, members
+
+
+def _list_file_members(source: StdinFile) -> tuple[str, ...] | None:
+    with Path(source.path).open("rb") as handle:
+        return list_members(handle)  # a tar stream ends at its end-of-archive blocks
 
 
 def _file_sha256(source: StdinFile) -> str:

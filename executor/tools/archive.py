@@ -30,6 +30,7 @@ __all__ = [
     "download_too_large",
     "extract_tar",
     "is_contents",
+    "list_members",
     "pack_command",
     "unpack_command",
 ]
@@ -80,6 +81,26 @@ def pack_command(path: str) -> str:
         return f"tar -c -C {shlex.quote(path[:-2] or '/')} -f - ."
     parent, name = posixpath.split(path.rstrip("/") or "/")
     return f"tar -c -C {shlex.quote(parent or '.')} -f - -- {shlex.quote(name or '.')}"
+
+
+MAX_LISTED_MEMBERS: Final = 1024
+"""Most member names :func:`list_members` returns: past it the list ends with ``...`` (more were not listed)."""
+
+
+def list_members(archive: IO[bytes]) -> tuple[str, ...] | None:
+    """The member names of a tar read from ``archive`` (streamed: contents are skipped, never held), at most
+    :data:`MAX_LISTED_MEMBERS` and then ``...``; None when it is not a tar this can read."""
+    names: list[str] = []
+    try:
+        with tarfile.open(fileobj=archive, mode="r|*") as tar:
+            for member in tar:
+                if len(names) == MAX_LISTED_MEMBERS:
+                    names.append("...")
+                    break
+                names.append(member.name)
+    except (tarfile.TarError, OSError, EOFError, ValueError):
+        return None
+    return tuple(names)
 
 
 class ArchiveStats:

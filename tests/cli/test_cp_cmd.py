@@ -89,6 +89,30 @@ def test_unsafe_archive_and_missing_path(either_home: Path, tmp_path: Path) -> N
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_an_archive_that_would_write_a_git_hook_is_denied(either_home: Path, tmp_path: Path) -> None:
+    """The files an upload unpacks are judged like any write: a folder holding .git/hooks/post-merge copied over a
+    repository (the destination only names the folder) is denied, exit 77, and nothing lands; a plain folder copies
+    in. It was exit 0: the gate read only `tar -x -C DEST`."""
+    home = either_home
+    evil = tmp_path / "evil"
+    (evil / ".git" / "hooks").mkdir(parents=True)
+    (evil / ".git" / "hooks" / "post-merge").write_text("#!/bin/sh\nid\n")
+    with named_session(home) as name:
+        made = cli(home, "exec", "--session", name, "--create", "--", "mkdir r && git -C r init -q")
+        assert made.code == 0, made.stderr
+        denied = cli(home, "--json", "cp", f"{evil}/.", f"{name}:r")
+        assert denied.code == 77, denied.stdout + denied.stderr
+        assert "git-hooks" in denied.json()["text"], denied.stdout
+        looked = cli(home, "exec", "--session", name, "--", "test -e r/.git/hooks/post-merge")
+        assert looked.code == 1
+        plain = tmp_path / "plain"
+        (plain / "src").mkdir(parents=True)
+        (plain / "src" / "a.txt").write_text("a\n")
+        assert cli(home, "cp", f"{plain}/.", f"{name}:r").code == 0
+
+
+@pytest.mark.docker
 @pytest.mark.timeout(240)
 def test_bounds_in_process(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Archives past bash.max_stdin_bytes (in) and service.download_max_bytes (out) are exit 2 naming the setting."""

@@ -349,6 +349,20 @@ async def test_an_interpreters_program_on_stdin_is_read_like_inline_code(default
     assert outcome.decision == inline.decision == "deny", outcome.reasons
 
 
+def test_the_approval_summary_lists_the_members_an_upload_unpacks() -> None:
+    action = bash("tar -x -C r -f -", stdin_sha256="0" * 64, stdin_members=("./a.txt", "./\x1b[2Jb", "..."))
+    summary = summarize(action)
+    assert "unpacks 3 archive member(s) from stdin:" in summary
+    assert "  | ./a.txt" in summary and "  | ./\\x1b[2Jb" in summary and "  | ... and more" in summary
+
+
+async def test_an_archive_too_large_to_list_is_judged_unseen(default_policy: Policy) -> None:
+    action = bash("tar -x -C r -f -", stdin_sha256="0" * 64, stdin_members=("./a.txt", "..."))
+    assert (await _gate(default_policy).evaluate(action, session_id="s1")).decision == "ask"
+    listed = bash("tar -x -C r -f -", stdin_sha256="0" * 64, stdin_members=("./a.txt",))
+    assert (await _gate(default_policy).evaluate(listed, session_id="s1")).decision == "allow"
+
+
 def test_the_approval_summary_shows_the_program_read_from_stdin() -> None:
     summary = summarize(_stdin_run("bash", "echo one\necho two\x1b[2J"))
     assert "  | echo one" in summary and "  | echo two\\x1b[2J" in summary

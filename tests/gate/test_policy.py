@@ -343,3 +343,17 @@ def test_writes_inside_a_found_git_dir_are_matched_as_dot_git(
 ) -> None:
     """A write the host found inside a git directory is matched as if that directory were named .git."""
     assert default_policy.evaluate(write(path, git_dir=git_dir)).decision == decision
+
+
+def test_the_members_of_an_unpacked_archive_are_judged_as_written(default_policy: Policy) -> None:
+    """`tar -x -C DEST` reading its stdin writes DEST/<member> for each member the host listed: a hook among them is
+    denied wherever the command puts it (`cd` first included); no member there leaves the command as it was."""
+    command = "mkdir -p -- r && tar -x --no-same-owner --no-same-permissions -C r -f -"
+    stdin = {"stdin_sha256": "0" * 64}
+    hooks = bash(command, stdin_members=("./", "./.git/", "./.git/hooks/post-merge"), **stdin)
+    assert default_policy.evaluate(hooks).decision == "deny"
+    moved = bash("cd sub && tar -xf - -C .", stdin_members=("x/../.git/config",), **stdin)
+    assert default_policy.evaluate(moved).decision == "deny"
+    plain = bash(command, stdin_members=("./", "./src/a.txt"), **stdin)
+    assert default_policy.evaluate(plain).decision is None
+    assert default_policy.evaluate(bash(command, **stdin)).decision is None

@@ -11,7 +11,14 @@ import pytest
 
 from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 from executor.testing.files import listing, make_tree
-from executor.tools.archive import TarPacker, extract_tar, pack_command, unpack_command
+from executor.tools.archive import (
+    MAX_LISTED_MEMBERS,
+    TarPacker,
+    extract_tar,
+    list_members,
+    pack_command,
+    unpack_command,
+)
 
 
 def test_pack_then_extract_is_exact(tmp_path: Path) -> None:
@@ -145,3 +152,17 @@ def test_extract_keeps_the_archives_permission_bits_but_no_set_id(tmp_path: Path
     extract_tar(archive, tmp_path / "out")
     modes = {p.name: p.stat().st_mode & 0o7777 for p in (tmp_path / "out" / "m").iterdir()}
     assert modes == {"priv": 0o700, "shared": 0o775, "g664": 0o664, "ro400": 0o400, "suid": 0o755}
+
+
+def test_list_members_names_every_member_up_to_the_cap(tmp_path: Path) -> None:
+    """The gate's view of an upload: every member's name in order; past the cap a last '...'; not a tar: None."""
+    archive = b"".join(TarPacker(make_tree(tmp_path)))
+    names = list_members(io.BytesIO(archive))
+    assert names is not None and names[0] == "src" and "src/run.sh" in names
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for index in range(MAX_LISTED_MEMBERS + 5):
+            tar.addfile(tarfile.TarInfo(f"f{index}"), io.BytesIO(b""))
+    many = list_members(io.BytesIO(buffer.getvalue()))
+    assert many is not None and len(many) == MAX_LISTED_MEMBERS + 1 and many[-1] == "..."
+    assert list_members(io.BytesIO(b"not a tar at all" * 100)) is None

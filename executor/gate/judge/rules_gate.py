@@ -438,6 +438,18 @@ _DECODERS = frozenset(
 )  # fmt: skip
 
 
+def _assess_members(members: list[str], findings: Findings) -> None:
+    """The files an unpacked archive writes (their destination folder is judged with the command): git hooks or
+    config, start-up or ssh files among them; an archive with more members than were listed is judged unseen."""
+    for member in members:
+        found = _mentioned(member)
+        if found is not None:
+            findings.raise_to("sensitive_path", found[0], f"unpacks {found[1]} ({member[:60]})")
+            return
+    if members and members[-1] == "...":
+        findings.raise_to("sensitive_path", 1, "unpacks an archive with more files than the gate lists")
+
+
 def _assess_generated_code(parsed: ParsedCommand, findings: Findings) -> None:
     """A program read from text the command makes (a pipe, a process substitution), whatever wraps the reader."""
     for generated in parsed.generated_code:
@@ -612,6 +624,9 @@ def judge_material(material: Mapping[str, object]) -> Findings:
             where = cwd if isinstance(cwd, str) and cwd.startswith("/") else workspace
             added = {str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {}
             parsed = assess_command(command, findings, workspace=workspace, home=home, cwd=where, env=added)
+            members = action.get("stdin_members")
+            if isinstance(members, list):
+                _assess_members([str(member) for member in members], findings)
             if action.get("stdin_supplied") is True and parsed.stdin_readers:
                 _assess_stdin_program(
                     parsed,
