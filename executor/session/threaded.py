@@ -12,8 +12,12 @@
 Every method is a coroutine an asyncio task (or any anyio backend's task) awaits; the work runs on the executor's
 own trio loop (one thread per :class:`ThreadedExecutor`), so sessions are opened and closed by one trio task each,
 as the trio API requires, while the caller may open and close them from any task, in any order. Errors leave as
-the executor's own exceptions, never as exception groups. Cancelling the awaiting task does not cancel the trio
-call; it runs to its end (every call is bounded by its own deadline).
+the executor's own exceptions, never as exception groups. Cancelling the awaiting task (``asyncio`` task cancel,
+``wait_for``, an anyio cancel scope such as inspect's time limits) cancels the trio call at once, as an in-process
+call is cancelled: a command's process group is killed and its outcome journaled as ``cancelled``. Closing a
+session (or the executor) first cancels its calls still running and waits for them, so every one of them ends
+journaled; a call on a closed session raises :class:`~executor.errors.SessionClosed`. Calls do not share a thread
+pool's bound: each waits in a thread of its own.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import anyio.to_thread
 import trio
 
 from executor.config import Settings
+from executor.errors import SessionClosed
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.judge import Judge
 from executor.session.api import (
@@ -65,6 +70,8 @@ class ThreadedSession:
         self._close_requested = trio.Event()
         self._closed = trio.Event()
         self._error: BaseException | None = None
+        self._calls = _Calls()
+        self._closing = False
 
     @property
     def id(self) -> str:
@@ -72,7 +79,9 @@ class ThreadedSession:
         return self.session.id
 
     async def _call(self, fn: Callable[[], Awaitable[_T]]) -> _T:
-        return await self._owner._run(fn)
+        if self._closing:
+            raise SessionClosed(f"session {self.id} is closed; open a new one (or attach to it again)")
+        return await self._owner._run(fn, calls=self._calls)
 
     async def exec(
         self,
@@ -168,11 +177,42 @@ class ThreadedSession:
         await self._owner._run(self._close)
 
     async def _close(self) -> None:
+        self._closing = True  # no new call from here on
+        await self._calls.cancel_and_wait()  # they end journaled before the session's journal closes
+        self._owner._sessions.discard(self)
         self._close_requested.set()
         await self._closed.wait()
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+
+class _Calls:
+    """The calls in flight on one session, as trio cancel scopes (touched only on the trio thread)."""
+
+    def __init__(self) -> None:
+        self.scopes: set[trio.CancelScope] = set()
+        self.closed = False
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def enter(self, scope: trio.CancelScope) -> None:
+        if self.closed:
+            raise SessionClosed("the session is closed; open a new one (or attach to it again)")
+        if not self.scopes:
+            self._idle = trio.Event()
+        self.scopes.add(scope)
+
+    def leave(self, scope: trio.CancelScope) -> None:
+        self.scopes.discard(scope)
+        if not self.scopes:
+            self._idle.set()
+
+    async def cancel_and_wait(self) -> None:
+        self.closed = True
+        for scope in list(self.scopes):
+            scope.cancel()
+        await self._idle.wait()
 
 
 class ThreadedExecutor:
@@ -194,6 +234,7 @@ class ThreadedExecutor:
         self._executor: Executor | None = None
         self._stop: trio.Event | None = None
         self._failure: BaseException | None = None
+        self._sessions: set[ThreadedSession] = set()
 
     @property
     def executor(self) -> Executor:
@@ -239,19 +280,46 @@ class ThreadedExecutor:
             failure, self._failure = self._failure, None
             raise failure or RuntimeError("the executor's trio thread stopped during open")
 
-    async def _run(self, fn: Callable[[], Awaitable[_T]]) -> _T:
+    async def _run(self, fn: Callable[[], Awaitable[_T]], *, calls: _Calls | None = None) -> _T:
+        """Run ``fn`` on the trio thread; cancelling the awaiting task cancels it there (see the module docstring)."""
         token = self._token
         if token is None:
+            if calls is not None:
+                raise SessionClosed("the executor is closed, and its sessions with it; open a new one")
             raise RuntimeError("the executor is not open; await open() first")
+        state: dict[str, Any] = {}
 
         async def call() -> _T:
-            return await fn()
+            with trio.CancelScope() as scope:
+                state["scope"] = scope
+                if state.get("abandoned"):
+                    scope.cancel()
+                if calls is not None:
+                    calls.enter(scope)  # outside the try: a refused call never leaves
+                try:
+                    return await fn()
+                finally:
+                    if calls is not None:
+                        calls.leave(scope)
+            # Cancelled here: its caller went away (nobody reads this), or its session is closing.
+            raise SessionClosed("the session was closed while this call ran; it was cancelled")
+
+        def abandon() -> None:  # on the trio thread
+            state["abandoned"] = True
+            scope = state.get("scope")
+            if scope is not None:
+                scope.cancel()
 
         def blocking() -> _T:
             return trio.from_thread.run(call, trio_token=token)
 
         try:
-            return await anyio.to_thread.run_sync(blocking)
+            # A limiter of its own: calls are not bounded by anyio's shared pool of 40 threads.
+            return await anyio.to_thread.run_sync(blocking, abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1))
+        except anyio.get_cancelled_exc_class():
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(abandon)
+            raise
         except BaseExceptionGroup as group:
             raise _sole(group) from None
 
@@ -279,6 +347,7 @@ class ThreadedExecutor:
                     profile=profile, image=image, name=name, owner=owner, idle_s=idle_s
                 ) as s:
                     handle = ThreadedSession(self, s)
+                    self._sessions.add(handle)
                     task_status.started(handle)
                     await handle._close_requested.wait()
             except BaseException as exc:
@@ -304,6 +373,9 @@ class ThreadedExecutor:
         thread, token, stop = self._thread, self._token, self._stop
         if thread is None:
             return
+        for session in list(self._sessions):  # their calls in flight end journaled first
+            with contextlib.suppress(Exception):
+                await session.close()
         if token is not None and stop is not None:
             with contextlib.suppress(trio.RunFinishedError):
                 await anyio.to_thread.run_sync(lambda: trio.from_thread.run_sync(stop.set, trio_token=token))

@@ -4,16 +4,18 @@ mode, and the thread-hosted API for asyncio (real engine)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from executor.config import Settings, load_settings
-from executor.errors import ArtifactNotFound, CommandRejected, UnsafeTarget, WriteFailed
+from executor.errors import ArtifactNotFound, CommandRejected, SessionClosed, UnsafeTarget, WriteFailed
 from executor.models import StdinFile
 from executor.session import open_executor
 from executor.session.threaded import ThreadedExecutor
@@ -164,6 +166,54 @@ def test_the_threaded_api_serves_asyncio(engine_settings: Settings) -> None:
         return result.stdout, error, session.session.info.idle_limit_s
 
     assert asyncio.run(main()) == (b"from asyncio\n", "CommandRejected", 90)
+
+
+def test_a_cancelled_threaded_call_stops_its_command_and_closing_ends_calls_in_flight(
+    engine_settings: Settings,
+) -> None:
+    """Cancelling the awaiting task (asyncio's wait_for, an anyio cancel scope as inspect's time limits use) ends the
+    call at once and kills its command (it ran to its own deadline, 12 s here); closing a session while calls run
+    cancels them first: each ends journaled (no "journal is not open" error), and a later call is SessionClosed."""
+    import anyio
+
+    async def main() -> None:
+        executor = ThreadedExecutor(engine_settings)
+        await executor.open()
+        try:
+            session = await executor.open_session()
+            began = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(session.exec(["sleep", "12"]), 1.5)
+            with anyio.move_on_after(1.5) as scope:
+                await session.bash("sleep 12; echo never")
+            assert scope.cancelled_caught and time.monotonic() - began < 8
+            # The killed commands are gone from the session (not running on to their deadline).
+            deadline = time.monotonic() + 10
+            while b"sleep 12" in (await session.exec(["ps", "-eo", "args"])).stdout:
+                assert time.monotonic() < deadline, "the cancelled commands still run"
+            running = [asyncio.ensure_future(session.exec(["sleep", "30"])) for _ in range(3)]
+            await asyncio.sleep(1.0)
+            await session.close()
+            for call in running:
+                with contextlib.suppress(SessionClosed):
+                    ended = await call
+                    assert ended.outcome == "cancelled", ended
+            with pytest.raises(SessionClosed):
+                await session.exec(["true"])
+            # Many calls at once are not held to a shared pool of 40 threads.
+            other = await executor.open_session()
+            started = time.monotonic()
+            results = await asyncio.gather(*(other.exec(["sleep", "2"]) for _ in range(48)))
+            assert all(r.exit_code == 0 for r in results) and time.monotonic() - started < 4 + 2 * 2
+        finally:
+            await executor.close()
+
+    asyncio.run(main())
+    journals = list((engine_settings.home / "sessions").glob("*/journal.ndjson"))
+    assert journals
+    for journal in journals:
+        types = [json.loads(line)["type"] for line in journal.read_text().splitlines()]
+        assert types.count("execution_started") == types.count("execution_finished"), (journal, types)
 
 
 def test_the_threaded_session_makes_the_calls_its_hints_name(engine_settings: Settings) -> None:
