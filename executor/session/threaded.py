@@ -78,6 +78,11 @@ class ThreadedSession:
         """The session id."""
         return self.session.id
 
+    @property
+    def settings(self) -> Settings:
+        """The executor's settings (its bounds: ``bash.max_timeout_ms``, ``write.read_max_bytes``, ...)."""
+        return self._owner._settings
+
     async def _call(self, fn: Callable[[], Awaitable[_T]]) -> _T:
         if self._closing:
             raise SessionClosed(f"session {self.id} is closed; open a new one (or attach to it again)")

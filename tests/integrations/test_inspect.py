@@ -75,6 +75,36 @@ def test_every_unsupported_check_is_listed_in_the_readme() -> None:
         assert f"`{name}`: {reason}" in readme
 
 
+def test_the_provider_behaves_as_inspects_docker_sandbox_where_its_contract_is_loose(
+    shared_env: ExecutorSandboxEnvironment,
+) -> None:
+    """What inspect's self-check leaves out but its docker sandbox does: links are read through, a folder alias is
+    IsADirectoryError, a timeout above the executor's cap runs to the cap, a TimeoutError carries the partial output,
+    a write through a link is PermissionError, and an anyio cancel scope (inspect's time limits) cancels an exec at
+    once. Run on trio too, after the asyncio runs above (the provider's lock was bound to the first backend)."""
+    env = shared_env
+
+    async def checks() -> None:
+        assert "ID=" in await env.read_file("/etc/os-release")  # a symlink to ../usr/lib/os-release
+        for alias in (".", "..", "sub/"):
+            with pytest.raises(IsADirectoryError):
+                await env.read_file(alias)
+        assert (await env.exec(["true"], timeout=100_000)).success
+        with pytest.raises(TimeoutError) as timed_out:
+            await env.exec(["sh", "-c", "echo partial; sleep 30"], timeout=1)
+        assert "partial" in getattr(timed_out.value, "truncated_output", ""), timed_out.value
+        await env.exec(["sh", "-c", "mkdir -p links && ln -sf /tmp/elsewhere links/out"])
+        with pytest.raises(PermissionError):
+            await env.write_file("links/out", "x")
+        began = anyio.current_time()
+        with anyio.move_on_after(1) as scope:
+            await env.exec(["sleep", "20"], timeout=60)
+        assert scope.cancelled_caught and anyio.current_time() - began < 10
+
+    anyio.run(checks)
+    anyio.run(checks, backend="trio")
+
+
 @scorer(metrics=[accuracy()])
 def _file_written() -> Scorer:
     async def score(state: TaskState, target: Target) -> Score:

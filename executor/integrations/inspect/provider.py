@@ -4,23 +4,35 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
+import weakref
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
 
 import anyio
+import sniffio
 from inspect_ai.util import (
     ExecResult,
     OutputLimitExceededError,
     SandboxEnvironment,
     SandboxEnvironmentConfigType,
     SandboxEnvironmentLimits,
+    SandboxUnavailableError,
     SandboxUserUnsupportedError,
     sandboxenv,
 )
 from pydantic import BaseModel, ConfigDict
 
 from executor.config import Settings, load_settings
-from executor.errors import CommandRejected, UnsafeTarget, WriteFailed
+from executor.errors import (
+    CommandRejected,
+    ContentRejected,
+    PathRejected,
+    SandboxError,
+    SandboxLost,
+    UnsafeTarget,
+    WriteFailed,
+)
 from executor.session.threaded import ThreadedExecutor, ThreadedSession
 
 __all__ = ["ExecutorSandboxConfig", "ExecutorSandboxEnvironment"]
@@ -58,14 +70,24 @@ def _settings(config: ExecutorSandboxConfig) -> Settings:
 
 
 class _Executors:
-    """One executor per configuration in this process, opened on first use and closed at task cleanup."""
+    """One executor per configuration in this process, opened on first use and closed at task cleanup.
+
+    The lock guarding them is the running event loop's own (an anyio lock binds to the first backend that uses it:
+    a later ``asyncio.run`` or a trio run in the same process would fail on it)."""
 
     def __init__(self) -> None:
-        self._lock = anyio.Lock()
+        self._locks: weakref.WeakKeyDictionary[object, anyio.Lock] = weakref.WeakKeyDictionary()
         self._open: dict[ExecutorSandboxConfig, ThreadedExecutor] = {}
 
+    def _lock(self) -> anyio.Lock:
+        loop = _current_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = anyio.Lock()
+        return lock
+
     async def get(self, config: ExecutorSandboxConfig) -> ThreadedExecutor:
-        async with self._lock:
+        async with self._lock():
             executor = self._open.get(config)
             if executor is None:
                 executor = ThreadedExecutor(_settings(config))
@@ -74,10 +96,21 @@ class _Executors:
             return executor
 
     async def close(self, config: ExecutorSandboxConfig) -> None:
-        async with self._lock:
+        async with self._lock():
             executor = self._open.pop(config, None)
         if executor is not None:
             await executor.close()
+
+
+def _current_loop() -> object:
+    """The running event loop (asyncio's loop object, trio's run-wide token)."""
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.lowlevel.current_root_task()
+    import asyncio
+
+    return asyncio.get_running_loop()
 
 
 _EXECUTORS = _Executors()
@@ -176,13 +209,16 @@ class ExecutorSandboxEnvironment(SandboxEnvironment):
             if missing is not None:
                 return missing
         limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE
+        settings = self.session.settings.bash
+        # A timeout above the executor's cap runs to the cap (docker takes any); none is the default deadline.
+        timeout_ms = None if timeout is None else min(int(timeout * 1000), settings.max_timeout_ms)
         try:
             result = await self.session.exec(
                 cmd,
                 stdin=input.encode("utf-8") if isinstance(input, str) else input,
                 cwd=cwd,
                 env=env,
-                timeout_ms=None if timeout is None else int(timeout * 1000),
+                timeout_ms=timeout_ms,
                 max_output_bytes=limit,
             )
         except CommandRejected as exc:
@@ -190,18 +226,27 @@ class ExecutorSandboxEnvironment(SandboxEnvironment):
                 raise
             # A cwd that does not exist: a failed run, as docker exec reports it (126), not an exception.
             return ExecResult(success=False, returncode=126, stdout="", stderr=f"{exc}\n")
+        except SandboxLost as exc:
+            raise SandboxUnavailableError(f"the sample's sandbox is gone: {exc}") from exc
         if result.outcome in ("denied", "blocked"):
             raise PermissionError(f"the executor's gate refused {cmd!r}: {result.text}")
+        stdout = result.stdout.decode("utf-8", "replace")
+        stderr = result.stderr.decode("utf-8", "replace")
         if result.outcome == "timeout":
-            raise TimeoutError(f"{cmd!r} exceeded its {timeout}s timeout; its process group was killed")
+            seconds = (timeout_ms if timeout_ms is not None else settings.timeout_ms) / 1000
+            error = TimeoutError(f"{cmd!r} timed out after {seconds:g} seconds; its process group was killed")
+            if stdout or stderr:
+                error.truncated_output = stdout + stderr  # type: ignore[attr-defined]  # inspect reads it
+            raise error
+        if result.run is not None and result.run.cause == "sandbox_lost":
+            raise SandboxUnavailableError(f"the sample's sandbox is gone: {result.text}")
         if result.outcome == "error" or result.exit_code is None:
             raise RuntimeError(f"{cmd!r} did not run to an end: {result.text}")
-        stderr = result.stderr.decode("utf-8", "replace")
         if result.exit_code == 126 and "permission denied" in stderr.lower():
             raise PermissionError(errno.EACCES, stderr.strip() or f"{cmd[0]}: permission denied")
         if result.stdout_truncated or result.stderr_truncated:
             raise OutputLimitExceededError(
-                SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, result.stdout.decode("utf-8", "replace")
+                SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, stdout if result.stdout_truncated else stderr
             )
         return ExecResult(
             success=result.exit_code == 0,
@@ -238,20 +283,30 @@ class ExecutorSandboxEnvironment(SandboxEnvironment):
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
         """Write ``file`` (parents created) through the session's gated, staged write."""
-        result = await self.session.write_file(file, contents, create_parents=True)
+        try:
+            result = await self.session.write_file(file, contents, create_parents=True)
+        except PathRejected as exc:  # '.', '..', 'd/': a folder, as docker reports it
+            raise IsADirectoryError(errno.EISDIR, f"{file}: {exc}") from exc
+        except ContentRejected as exc:  # past write.max_bytes
+            raise PermissionError(errno.EFBIG, f"{file}: {exc}") from exc
+        except SandboxLost as exc:
+            raise SandboxUnavailableError(f"the sample's sandbox is gone: {exc}") from exc
         if result.outcome == "completed":
             return
         if result.outcome in ("denied", "blocked"):
             raise PermissionError(errno.EACCES, f"{file}: the executor's gate refused the write: {result.text}")
         data = result.data or {}
         code = data.get("errno")
+        if data.get("error") == "UnsafeTarget" or code in (errno.EPERM, errno.ELOOP):
+            # A symlink on the path: writes never follow one.
+            raise PermissionError(errno.EACCES, f"{file}: {result.text}")
         if code == errno.EACCES:
             raise PermissionError(errno.EACCES, f"{file}: {result.text}")
         if code == errno.EISDIR:
             raise IsADirectoryError(errno.EISDIR, f"{file} is a directory: {result.text}")
         if code == errno.ENOENT:
             raise FileNotFoundError(errno.ENOENT, f"{file}: {result.text}")
-        raise OSError(code if isinstance(code, int) else errno.EIO, f"{file}: {result.text}")
+        raise OSError(code if isinstance(code, int) and code else errno.EIO, f"{file}: {result.text}")
 
     @overload
     async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
@@ -261,16 +316,55 @@ class ExecutorSandboxEnvironment(SandboxEnvironment):
 
     async def read_file(self, file: str, text: bool = True) -> str | bytes:
         """Read ``file`` through the session's gated ``read_file`` (see ``SandboxEnvironment.read_file``)."""
-        limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE
+        limit = min(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE, self.session.settings.write.read_max_bytes)
+        if posixpath.basename(file.rstrip("/")) in (".", "..") or file.endswith("/"):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory.", file)  # as docker's sandbox says it
         try:
-            content = await self.session.read_file(file, max_bytes=limit)
-        except (WriteFailed, UnsafeTarget) as exc:
+            data = (await self.session.read_file(file, max_bytes=limit)).data
+        except UnsafeTarget as exc:
+            if exc.errno == errno.EISDIR:
+                raise _os_error(exc, file) from exc
+            data = await self._read_through_links(file, limit)  # a link (/etc/os-release): followed, as docker does
+        except WriteFailed as exc:
             if exc.errno == errno.EFBIG:
-                raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None) from exc
+                raise OutputLimitExceededError(_size(limit), None) from exc
             raise _os_error(exc, file) from exc
+        except PathRejected as exc:
+            raise IsADirectoryError(errno.EISDIR, f"{file}: {exc}") from exc
+        except SandboxLost as exc:
+            raise SandboxUnavailableError(f"the sample's sandbox is gone: {exc}") from exc
         except PermissionError as exc:  # the gate refused the read
             raise PermissionError(errno.EACCES, f"{file}: {exc}") from exc
         if not text:
-            return content.data
+            return data
         # newline="" semantics: no newline translation
-        return content.data.decode("utf-8")
+        return data.decode("utf-8")
+
+    async def _read_through_links(self, file: str, limit: int) -> bytes:
+        """Read ``file`` with ``cat`` (gated as that command), following symlinks; the session's own read never
+        does."""
+        try:
+            result = await self.session.exec(["cat", "--", file], max_output_bytes=limit)
+        except SandboxError as exc:
+            raise SandboxUnavailableError(f"the sample's sandbox is gone: {exc}") from exc
+        if result.outcome in ("denied", "blocked"):
+            raise PermissionError(errno.EACCES, f"{file}: the executor's gate refused the read: {result.text}")
+        if result.stdout_truncated:
+            raise OutputLimitExceededError(_size(limit), None)
+        if result.exit_code != 0:
+            said = result.stderr.decode("utf-8", "replace").strip()
+            lowered = said.lower()
+            if "no such file" in lowered:
+                raise FileNotFoundError(errno.ENOENT, f"{file}: {said}")
+            if "is a directory" in lowered:
+                raise IsADirectoryError(errno.EISDIR, f"{file}: {said}")
+            raise PermissionError(errno.EACCES, f"{file}: {said or 'cannot be read'}")
+        return result.stdout
+
+
+def _size(limit: int) -> str:
+    """The read limit in force, named as inspect names its own (``100 MiB``), or the executor's smaller one."""
+    if limit == SandboxEnvironmentLimits.MAX_READ_FILE_SIZE:
+        return SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR
+    size = f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    return f"{size} (write.read_max_bytes)"
