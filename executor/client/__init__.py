@@ -100,6 +100,16 @@ def default_socket(environ: Mapping[str, str] | None = None) -> Path:
     return Path(platformdirs.user_state_dir("executor")) / "service.sock"
 
 
+def _unanswered(where: str, timeout_s: float, exc: httpx.TransportError) -> ServiceUnavailable:
+    """A request that got no answer: a service that took too long is not one that is not there."""
+    if isinstance(exc, httpx.ReadTimeout):
+        return ServiceUnavailable(
+            f"the executor service at {where} did not answer within {timeout_s:g} s (the client's timeout_s); "
+            "pass a larger timeout_s"
+        )
+    return ServiceUnavailable(f"no executor service answers at {where}: start one with `executor serve`")
+
+
 def _raise_for(response: httpx.Response, body: bytes) -> None:
     if response.status_code < 400:
         return
@@ -335,14 +345,15 @@ class Client:
         """Close the connection pool."""
         self._http.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> bytes:
+    def _call(self, method: str, path: str, *, waits: bool = False, **kwargs: Any) -> bytes:
+        """One request; ``waits``: it may wait for an approval, so its answer is not bounded by ``timeout_s``."""
         _check_socket(self._uds, self._where)
+        if waits:
+            kwargs["timeout"] = httpx.Timeout(self._timeout, read=None)
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise ServiceUnavailable(
-                f"no executor service answers at {self._where}: start one with `executor serve`"
-            ) from exc
+            raise _unanswered(self._where, self._timeout, exc) from exc
         _raise_for(response, response.content)
         return response.content
 
@@ -504,20 +515,40 @@ class Client:
             return _final([event for event in events if event.kind in ("result", "error")])
 
     def write(
-        self, session: str, path: str, content: bytes | str, *, parents: bool = False, mode: str | None = None
+        self,
+        session: str,
+        path: str,
+        content: bytes | str,
+        *,
+        parents: bool = False,
+        mode: str | None = None,
+        approvals: _Approvals = "wait",
     ) -> Result:
         """Create or replace a file (staged, gated); ``parents`` creates missing folders, ``mode`` (octal) is set.
+        A write the gate asks about waits for an answer as :meth:`exec` does (``approvals="none"``: blocked at once).
 
         Raises:
             PathRejected, ContentRejected: refused before any container call.
         """
         data = content.encode() if isinstance(content, str) else content
-        body = _body(WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode)
-        return _parse(Result, self._call("POST", _Requests.session(session, "/write"), content=body))
+        body = _body(
+            WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode, approvals=approvals
+        )
+        path_ = _Requests.session(session, "/write")
+        return _parse(Result, self._call("POST", path_, content=body, waits=approvals == "wait"))
 
-    def upload(self, session: str, source: str | os.PathLike[str], dest: str, *, contents: bool = True) -> ExecResult:
+    def upload(
+        self,
+        session: str,
+        source: str | os.PathLike[str],
+        dest: str,
+        *,
+        contents: bool = True,
+        approvals: _Approvals = "wait",
+    ) -> ExecResult:
         """Copy a local file or folder into folder ``dest`` of the session (a gated tar unpack), streamed: memory
-        stays flat whatever the size (the service bounds it: ``service.max_request_bytes``).
+        stays flat whatever the size (the service bounds it: ``service.max_request_bytes``). An upload the gate asks
+        about waits for an answer as :meth:`exec` does (``approvals="none"``: blocked at once).
 
         Args:
             contents: a folder's contents land in ``dest``; False: the folder itself, under its own name.
@@ -528,7 +559,10 @@ class Client:
         """
         packer = _packer(source, contents)
         path = _Requests.session(session, "/files")
-        return _parse(ExecResult, self._call("PUT", path, params={"path": dest}, content=iter(packer)))
+        params = {"path": dest, "approvals": approvals}
+        return _parse(
+            ExecResult, self._call("PUT", path, params=params, content=iter(packer), waits=approvals == "wait")
+        )
 
     @contextmanager
     def download_stream(self, session: str, path: str) -> Iterator[Iterator[bytes]]:
@@ -640,7 +674,8 @@ class Client:
         body = _body(
             TaskStart, _command_refused, command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals
         )
-        return _parse(Result, self._call("POST", _Requests.session(session, "/tasks"), content=body))
+        path = _Requests.session(session, "/tasks")
+        return _parse(Result, self._call("POST", path, content=body, waits=approvals == "wait"))
 
     def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
@@ -727,14 +762,15 @@ class AsyncClient:
         """Close the connection pool."""
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> bytes:
+    async def _call(self, method: str, path: str, *, waits: bool = False, **kwargs: Any) -> bytes:
+        """See :meth:`Client._call`."""
         _check_socket(self._uds, self._where)
+        if waits:
+            kwargs["timeout"] = httpx.Timeout(self._timeout, read=None)
         try:
             response = await self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise ServiceUnavailable(
-                f"no executor service answers at {self._where}: start one with `executor serve`"
-            ) from exc
+            raise _unanswered(self._where, self._timeout, exc) from exc
         _raise_for(response, response.content)
         return response.content
 
@@ -863,15 +899,31 @@ class AsyncClient:
         return _final(finals)
 
     async def write(
-        self, session: str, path: str, content: bytes | str, *, parents: bool = False, mode: str | None = None
+        self,
+        session: str,
+        path: str,
+        content: bytes | str,
+        *,
+        parents: bool = False,
+        mode: str | None = None,
+        approvals: _Approvals = "wait",
     ) -> Result:
         """See :meth:`Client.write`."""
         data = content.encode() if isinstance(content, str) else content
-        body = _body(WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode)
-        return _parse(Result, await self._call("POST", _Requests.session(session, "/write"), content=body))
+        body = _body(
+            WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode, approvals=approvals
+        )
+        path_ = _Requests.session(session, "/write")
+        return _parse(Result, await self._call("POST", path_, content=body, waits=approvals == "wait"))
 
     async def upload(
-        self, session: str, source: str | os.PathLike[str], dest: str, *, contents: bool = True
+        self,
+        session: str,
+        source: str | os.PathLike[str],
+        dest: str,
+        *,
+        contents: bool = True,
+        approvals: _Approvals = "wait",
     ) -> ExecResult:
         """See :meth:`Client.upload`."""
         packer = iter(_packer(source, contents))
@@ -884,7 +936,10 @@ class AsyncClient:
                 yield chunk
 
         path = _Requests.session(session, "/files")
-        return _parse(ExecResult, await self._call("PUT", path, params={"path": dest}, content=body()))
+        params = {"path": dest, "approvals": approvals}
+        return _parse(
+            ExecResult, await self._call("PUT", path, params=params, content=body(), waits=approvals == "wait")
+        )
 
     @asynccontextmanager
     async def download_stream(self, session: str, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -979,7 +1034,7 @@ class AsyncClient:
             TaskStart, _command_refused, command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals
         )
         path = _Requests.session(session, "/tasks")
-        return _parse(Result, await self._call("POST", path, content=body))
+        return _parse(Result, await self._call("POST", path, content=body, waits=approvals == "wait"))
 
     async def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0

@@ -177,3 +177,54 @@ def test_every_hint_a_client_result_prints_is_a_call_it_can_make(spooling_servic
                 assert "40" in client.search_output(**kwargs).text
         finally:
             client.stop_session(session)
+
+
+def test_a_write_upload_or_task_the_gate_asks_about_waits_past_timeout_s_for_its_answer(
+    spooling_service: ServiceProcess, tmp_path: Any
+) -> None:
+    """A write, an upload and a task start waiting for an approval are not cut by the client's timeout_s (a write
+    outside the workspace failed after 30 s saying no service answers, while its approval stayed pending);
+    approvals="none" gives the blocked result at once. Sync and async clients."""
+    import threading
+
+    folder = tmp_path / "up"
+    (folder / ".vscode").mkdir(parents=True)
+    (folder / ".vscode" / "tasks.json").write_text("{}")
+
+    with spooling_service.client(timeout_s=1) as client, spooling_service.client() as approver:
+        session = approver.create_session().id  # starting a container takes longer than 1 s
+
+        def approve_later() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                asks = approver.approvals()
+                if asks:
+                    time.sleep(1.5)  # past the asking client's timeout_s
+                    approver.answer(asks[0].approval_id, approve=True)
+                    return
+                time.sleep(0.05)
+
+        for call in (
+            lambda: client.write(session, "/tmp/x.txt", "x"),
+            lambda: client.upload(session, folder, "."),
+            lambda: client.start_task(session, "echo hi > /tmp/task.txt"),
+        ):
+            helper = threading.Thread(target=approve_later)
+            helper.start()
+            try:
+                result = call()
+            finally:
+                helper.join(timeout=60)
+            assert result.outcome == "completed", result
+        blocked = client.write(session, "/tmp/y.txt", "y", approvals="none")
+        assert blocked.outcome == "blocked", blocked
+        assert client.upload(session, folder, ".", approvals="none").outcome == "blocked"
+
+        async def async_write() -> str:
+            async with AsyncClient(socket=spooling_service.socket, timeout_s=1) as aclient:
+                waiter = asyncio.ensure_future(aclient.write(session, "/tmp/z.txt", "z"))
+                await asyncio.to_thread(approve_later)
+                return (await waiter).outcome
+
+        assert asyncio.run(async_write()) == "completed"
+        approver.stop_session(session)
