@@ -204,11 +204,12 @@ def test_a_write_upload_or_task_the_gate_asks_about_waits_past_timeout_s_for_its
                     return
                 time.sleep(0.05)
 
-        for call in (
+        calls: list[Callable[[], Any]] = [
             lambda: client.write(session, "/tmp/x.txt", "x"),
             lambda: client.upload(session, folder, "."),
             lambda: client.start_task(session, "echo hi > /tmp/task.txt"),
-        ):
+        ]
+        for call in calls:
             helper = threading.Thread(target=approve_later)
             helper.start()
             try:
