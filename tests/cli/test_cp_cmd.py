@@ -22,6 +22,8 @@ def test_sides_parse_like_docker_cp() -> None:
     assert (side.remote, side.session, side.path) == (True, None, "out")
     assert not parse_side("./a:b").remote
     assert not parse_side("/tmp/a:b").remote
+    side = parse_side("ci:src/new\nline.txt")  # a newline is part of a name
+    assert (side.remote, side.session, side.path) == (True, "ci", "src/new\nline.txt")
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from executor.tools.archive import ArchiveStats, TarPacker, download_too_large, 
 
 __all__ = ["CpUsage", "Side", "cp_json", "parse_side", "plan", "run_cp"]
 
-_REMOTE: Final = re.compile(r"^([^/:]*):(.*)$")
+_REMOTE: Final = re.compile(r"^([^/:]*):(.*)$", re.DOTALL)
 _CHUNK: Final = 1024 * 1024
 
 
