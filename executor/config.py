@@ -21,6 +21,7 @@ import os
 import re
 import stat
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -148,6 +149,23 @@ def parse_bytes(value: object) -> int:
 
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+
+
+def _parse_mode(value: object) -> object:
+    """A file mode: an octal string (``"644"``, ``"0644"``, ``"0o644"``), or an int whose decimal digits were meant
+    as octal (``644``, which is 0o1204) refused with the spelling to use."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value} is not a file mode; write one like 0o644")
+    if isinstance(value, str):
+        text = value.strip().lower().removeprefix("0o")
+        if not text or any(ch not in "01234567" for ch in text):
+            raise ValueError(f"{value!r} is not an octal file mode like 644 or 0o644")
+        return int(text, 8)
+    if isinstance(value, int) and 0o777 < value <= 777 and all(ch in "01234567" for ch in str(value)):
+        raise ValueError(f'{value} reads as the octal mode {value:#o}; write 0o{value} in TOML (or "{value}")')
+    return value
+
+
 """A byte count that also accepts ``"512m"``-style strings."""
 
 _MIB = 1024**2
@@ -156,6 +174,16 @@ SHIPPED_IMAGES: Final = _REPO_ROOT / "images"
 """The image folders that ship with the executor (searched after ``images.images_dir``)."""
 SHIPPED_POLICIES: Final = _REPO_ROOT / "policy"
 """The policy files that ship with the executor (searched after ``gate.policy_dir``)."""
+
+
+_PROFILE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _existing_folder(value: Path | None) -> Path | None:
+    """An operator's folder must exist: a misspelt one would silently leave the shipped files in force."""
+    if value is not None and not value.is_dir():
+        raise ValueError(f"{str(value)!r} is not an existing folder; create it or fix the path")
+    return value
 
 
 def _search_path(operator: Path | None, shipped: Path) -> tuple[Path, ...]:
@@ -167,6 +195,28 @@ def _search_path(operator: Path | None, shipped: Path) -> tuple[Path, ...]:
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        """``timeout_ms = true`` is not 1 ms: a boolean where a number is expected is refused (TOML and JSON give
+        booleans as they are; the environment's strings are parsed by each field)."""
+        if isinstance(data, dict):
+            for name, value in data.items():
+                info = cls.model_fields.get(name) if isinstance(name, str) else None
+                if isinstance(value, bool) and info is not None and _numeric(info.annotation):
+                    raise ValueError(f"{name}: {str(value).lower()} is a boolean; give a number")
+        return data
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field's type is a number (``int``, ``float``, optional or annotated ones)."""
+    if annotation in (int, float):
+        return True
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _numeric(args[0])
+    return bool(args) and all(_numeric(arg) or arg is type(None) for arg in args) and any(_numeric(a) for a in args)
 
 
 DEFAULT_DOCKER_HOST: Final = "unix:///var/run/docker.sock"
@@ -292,6 +342,11 @@ class ImageSettings(_Section):
     build_timeout_s: float = Field(1800.0, gt=0, le=7200)
     """Upper bound for bootstrapping and building one image, in seconds."""
 
+    @field_validator("images_dir")
+    @classmethod
+    def _images_dir_exists(cls, value: Path | None) -> Path | None:
+        return _existing_folder(value)
+
     @property
     def search_path(self) -> tuple[Path, ...]:
         """Folders searched for an image folder, the operator's first, then the shipped ``images/``."""
@@ -369,8 +424,9 @@ class WriteSettings(_Section):
 
     max_bytes: Bytes = Field(64 * _MIB, ge=0, le=1024 * _MIB)
     """Largest file content one write may carry."""
-    new_file_mode: int = Field(0o644, ge=0, le=0o7777)
-    """Mode of a file the write creates (an existing file keeps its own mode)."""
+    new_file_mode: Annotated[int, BeforeValidator(_parse_mode)] = Field(0o644, ge=0, le=0o777)
+    """Mode of a file the write creates (an existing file keeps its own mode): permission bits only, as ``0o644`` in
+    TOML or ``"644"`` / ``"0644"`` (octal) as a string or in the environment."""
     diff_max_lines: int = Field(200, ge=1, le=100_000)
     """Lines of unified diff shown for review; the rest is summarised."""
     diff_line_chars: int = Field(2_000, ge=80, le=1_000_000)
@@ -474,6 +530,11 @@ class GateSettings(_Section):
     """Largest supplied stdin the gate reads as the program of a shell or interpreter the command runs on it
     (``bash``, ``sh -s``, ``python3 -``); a larger one, or one that is not UTF-8 text, is a program nobody can
     review: the judge asks."""
+
+    @field_validator("policy_dir")
+    @classmethod
+    def _policy_dir_exists(cls, value: Path | None) -> Path | None:
+        return _existing_folder(value)
 
     @property
     def policy_search_path(self) -> tuple[Path, ...]:
@@ -647,8 +708,8 @@ class Profile(_Section):
 
     memory: Bytes = Field(1024 * _MIB, ge=32 * _MIB, le=1024**4)
     """Memory limit; swap is disabled (memory+swap is set equal)."""
-    cpus: float = Field(1.0, gt=0, le=256)
-    """CPU quota in cores."""
+    cpus: float = Field(1.0, ge=0.01, le=256)
+    """CPU quota in cores (at least 0.01; the engine refuses more than the host has)."""
     pids: int = Field(512, ge=16, le=1_000_000)
     """Processes and threads the container may hold (the pids cgroup counts threads)."""
     file_size: Bytes = Field(1024 * _MIB, ge=_MIB, le=1024**4)
@@ -749,14 +810,16 @@ class Profile(_Section):
             raise ValueError(f"user {value!r} must be numeric 'uid:gid', like '1000:1000'")
         if int(match.group(1)) == 0 or int(match.group(2)) == 0:
             raise ValueError("commands never run as root (uid or gid 0); pick an unprivileged 'uid:gid'")
+        if max(int(match.group(1)), int(match.group(2))) >= 2**32 - 1:
+            raise ValueError(f"user {value!r}: uid and gid must be below 4294967295")
         return value
 
     @field_validator("workspace", "home")
     @classmethod
     def _absolute_workspace(cls, value: str) -> str:
-        if not value.startswith("/") or value == "/" or "\0" in value or "/.." in value:
+        if not value.startswith("/") or not value.strip("/") or "\0" in value or "/.." in value:
             raise ValueError(f"{value!r} must be an absolute path below '/', like '/workspace'")
-        return value.rstrip("/")
+        return "/" + "/".join(part for part in value.split("/") if part and part != ".")
 
     @field_validator("env")
     @classmethod
@@ -779,6 +842,28 @@ class Profile(_Section):
             if not target.startswith("/"):
                 raise ValueError(f"volume target {target!r} must be an absolute container path")
         return value
+
+    @model_validator(mode="after")
+    def _volumes_have_their_own_place(self) -> Profile:
+        taken = {
+            self.workspace: "the workspace",
+            self.home: "the session user's home",
+            "/tmp": "the /tmp tmpfs",
+            "/dev/shm": "/dev/shm",
+            "/.executor": "the agent's own folder",
+        }
+        seen: dict[str, str] = {}
+        for source, target in self.volumes.items():
+            place = "/" + "/".join(part for part in target.split("/") if part and part != ".")
+            for mount, what in taken.items():
+                if place == mount or (mount == "/.executor" and place.startswith(mount + "/")):
+                    raise ValueError(
+                        f"volume {source!r} at {target!r} would be hidden by {what} ({mount}); mount it elsewhere"
+                    )
+            if place in seen:
+                raise ValueError(f"volumes {seen[place]!r} and {source!r} are both mounted at {place!r}")
+            seen[place] = source
+        return self
 
     @model_validator(mode="after")
     def _runsc_needs_the_pinned_seccomp(self) -> Profile:
@@ -885,6 +970,12 @@ class Settings(BaseSettings):
         # rather than replacing it with the plain defaults.
         if not isinstance(value, Mapping):
             return value
+        for name in value:
+            if not isinstance(name, str) or not _PROFILE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"profile name {name!r} must be letters, digits, '_', '-' or '.' (at most 64, starting with a "
+                    "letter or digit)"
+                )
         merged: dict[str, Any] = dict(value)
         for name, base in _SHIPPED_PROFILES.items():
             given = merged.get(name)

@@ -91,6 +91,16 @@ def test_environment_accepts_json_for_tables() -> None:
         ({"pool": {"image_check_s": 0}}, "profiles.bad.pool.image_check_s", "greater than"),
         ({"pool": {"backoff_initial_s": 5, "backoff_max_s": 1}}, "profiles.bad.pool", "at least"),
         ({"pool": {"sise": 1}}, "profiles.bad.pool.sise", "unknown setting"),
+        # Accepted once, then refused by the engine at session start (exit 125 instead of 2).
+        ({"cpus": 0.0001}, "profiles.bad.cpus", "greater than or equal to 0.01"),
+        ({"user": "4294967296:1"}, "profiles.bad.user", "below 4294967295"),
+        ({"home": "//"}, "profiles.bad.home", "absolute path below '/'"),
+        ({"workspace": "//"}, "profiles.bad.workspace", "absolute path below '/'"),
+        ({"volumes": {"data": "/workspace"}}, "profiles.bad", "hidden by the workspace"),
+        ({"volumes": {"data": "/tmp/"}}, "profiles.bad", "hidden by the /tmp tmpfs"),
+        ({"volumes": {"data": "/.executor/state"}}, "profiles.bad", "the agent's own folder"),
+        ({"volumes": {"a": "/data", "b": "/data/"}}, "profiles.bad", "both mounted at '/data'"),
+        ({"cpus": True}, "profiles.bad", "is a boolean"),
     ],
 )
 def test_bad_profiles_fail_at_load_naming_the_field(profile: dict[str, object], field: str, needle: str) -> None:
@@ -334,3 +344,40 @@ def test_the_client_variables_are_not_settings() -> None:
     assert load_settings(environ=environ).gate.trust == 2
     with pytest.raises(ConfigError, match="urll"):
         load_settings(environ={"EXECUTOR_URLL": "x"})
+
+
+def test_a_boolean_is_no_number_in_any_section() -> None:
+    """TOML's `timeout_ms = true` was a 1 ms deadline (pydantic's lax int); any numeric field refuses a boolean."""
+    for section, field in (("bash", "timeout_ms"), ("docker", "api_timeout_s"), ("gate", "trust")):
+        with pytest.raises(ConfigError, match=rf"{section}: {field}: true is a boolean"):
+            load_settings(overrides={section: {field: True}})
+    assert load_settings(overrides={"docker": {"gc_on_start": False}}).docker.gc_on_start is False
+
+
+@pytest.mark.parametrize(("raw", "mode"), [(0o600, 0o600), ("644", 0o644), ("0o755", 0o755), ("0640", 0o640)])
+def test_new_file_mode_is_octal_and_defaults_to_0644(raw: object, mode: int) -> None:
+    assert load_settings().write.new_file_mode == 0o644
+    assert load_settings(overrides={"write": {"new_file_mode": raw}}).write.new_file_mode == mode
+
+
+@pytest.mark.parametrize(("raw", "needle"), [(644, "write 0o644"), ("u+x", "not an octal"), (0o4755, "less than")])
+def test_a_mode_written_in_decimal_or_with_special_bits_fails_at_load(raw: object, needle: str) -> None:
+    """`new_file_mode = 644` in TOML is 0o1204 (sticky, owner cannot read): refused with the spelling to use; set-id
+    and sticky bits are never given to a new file."""
+    with pytest.raises(ConfigError, match=rf"write.new_file_mode: .*{needle}"):
+        load_settings(overrides={"write": {"new_file_mode": raw}})
+
+
+def test_an_operators_folder_must_exist(tmp_path: Path) -> None:
+    """A misspelt gate.policy_dir or images.images_dir silently left the shipped files in force."""
+    for section, field in (("gate", "policy_dir"), ("images", "images_dir")):
+        with pytest.raises(ConfigError, match=rf"{section}.{field}: .*not an existing folder"):
+            load_settings(overrides={section: {field: str(tmp_path / "polices")}})
+        assert getattr(getattr(load_settings(overrides={section: {field: str(tmp_path)}}), section), field) == tmp_path
+
+
+@pytest.mark.parametrize("name", ["\x1b[31mred", "a\nb", "", "-x", "a" * 65, "a b"])
+def test_a_profile_name_is_a_plain_word(name: str) -> None:
+    with pytest.raises(ConfigError, match="profile name"):
+        load_settings(overrides={"profiles": {name: {}}})
+    assert "ci-2.large" in load_settings(overrides={"profiles": {"ci-2.large": {}}}).profiles

@@ -62,6 +62,7 @@ def test_policies_are_searched_in_the_operators_folder_first(tmp_path: Path) -> 
     settings = GateSettings(policy_dir=tmp_path)
     assert policy_path(settings, "mine") == tmp_path / "mine.toml"
     assert policy_path(settings, "default") == tmp_path / "default.toml"
+    (tmp_path / "empty").mkdir()
     assert policy_path(GateSettings(policy_dir=tmp_path / "empty"), "default") == REPO / "policy" / "default.toml"
 
 
