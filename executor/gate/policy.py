@@ -555,7 +555,13 @@ def _describe_problem(path: Path, text: str, data: object, loc: tuple[int | str,
     """One validation problem, naming the rule by its name and the file line of its table, not by an index."""
     message = plain_validation_message(message)
     if message == "Extra inputs are not permitted":
-        message = f"unknown field {loc[-1]!r}; rule fields are name, decision, justification, examples and the matchers"
+        if len(loc) == 1:
+            known = ", ".join(_FileSpec.model_fields)
+            message = f"unknown key {loc[0]!r}; a policy file's keys are {known} ([[command]], [[path]], [[env]])"
+        else:
+            message = (
+                f"unknown field {loc[-1]!r}; rule fields are name, decision, justification, examples and the matchers"
+            )
     if len(loc) >= 2 and loc[0] in ("command", "path", "env") and isinstance(loc[1], int) and isinstance(data, dict):
         table, index = str(loc[0]), loc[1]
         rules = data.get(table)

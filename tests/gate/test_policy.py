@@ -107,6 +107,7 @@ examples.no_match = ["{workspace}/src/hooks/a.py"]
         (_HEAD + 'decision="deny"\nexamples.match=["x"]\n', "at least one"),
         (_HEAD + 'decision="deny"\nprefix=["x"]\nexamples.match=["x"]\nbogus=1\n', "bogus"),
         ("not toml [", "not valid TOML"),
+        ('descriptoin = "x"\n', "unknown key 'descriptoin'; a policy file's keys are description, extends"),
     ],
 )
 def test_invalid_policies_fail_to_load(tmp_path: Path, body: str, message: str) -> None:
