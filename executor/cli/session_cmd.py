@@ -10,7 +10,8 @@ JSON shapes (``--json``; :mod:`executor.cli.shapes`, the same over a running ser
 
 * ``session start``: ``{"outcome": "completed", "exit_code": 0, "session": SESSION}``;
 * ``session ls``: ``{"outcome": "completed", "exit_code": 0, "sessions": [SESSION, ...]}``;
-* ``session stop ID``: ``{"outcome": "completed", "exit_code": 0, "stopped": "s-..."}``;
+* ``session stop ID``: ``{"outcome": "completed", "exit_code": 0, "stopped": "s-...", "session": SESSION}`` (its
+  ``state`` is ``stopped``);
 * ``session gc``: ``{"outcome": "completed", "exit_code": 0, "removed": ["executor-s-...",
   "executor-s-...-workspace", ...], "kept": ["executor-s-...-workspace", ...], "idle_stopped": [NAME, ...],
   "spools_removed": N}``
@@ -128,17 +129,17 @@ def stop(
     st = state(ctx)
     settings = st.settings()
 
-    async def main() -> str:
+    async def main() -> SessionInfo:
         # Through the executor: under the name's lock (a --create in another process waits), and the session's
         # background tasks are stopped first with their output kept.
         api_key = api_key_from(settings.gate.judge, os.environ)
         async with open_executor(settings, api_key=api_key, surface="cli", pool="off") as ex:
             info = await ex.backend.find_session(session, all_homes=all_homes)
             await ex.stop_session(info.id, all_homes=all_homes)
-            return info.id
+            return info
 
     stopped = trio.run(main)
-    emit(shapes.stopped_json(stopped), f"stopped {stopped}", json_mode=st.json)
+    emit(shapes.stopped_json(stopped.model_dump(mode="json")), f"stopped {stopped.id}", json_mode=st.json)
 
 
 @app.command("gc")

@@ -201,9 +201,12 @@ def started_json(info: Mapping[str, Any]) -> dict[str, Any]:
     return {"outcome": "completed", "exit_code": 0, "session": session_json(info)}
 
 
-def stopped_json(session_id: str) -> dict[str, Any]:
-    """``executor session stop --json``."""
-    return {"outcome": "completed", "exit_code": 0, "stopped": session_id}
+def stopped_json(info: Mapping[str, Any]) -> dict[str, Any]:
+    """``executor session stop --json``: the session as it was when stopped (``state`` says ``stopped``), and its id
+    under ``stopped``."""
+    session = session_json({**info, "state": "stopped"})
+    assert session is not None
+    return {"outcome": "completed", "exit_code": 0, "stopped": session["id"], "session": session}
 
 
 def output_json(

@@ -75,7 +75,14 @@ def test_session_lifecycle_in_json(base_image: str, either_home: Path) -> None:
         assert row[:4] == [session["id"], name, "running", "default"] and row[4].endswith(("s", "m"))
         stopped = _executor(home, "session", "stop", name)
         assert stopped.returncode == 0
-        assert _json(stopped) == {"outcome": "completed", "exit_code": 0, "stopped": session["id"]}
+        said = _json(stopped)
+        assert (said["outcome"], said["exit_code"], said["stopped"]) == ("completed", 0, session["id"])
+        assert set(said["session"]) == SESSION_KEYS, said  # the one session shape, as the other commands print
+        assert (said["session"]["id"], said["session"]["name"], said["session"]["state"]) == (
+            session["id"],
+            name,
+            "stopped",
+        )
     finally:
         _executor(home, "session", "stop", session["id"])
     again = _executor(home, "session", "stop", name)

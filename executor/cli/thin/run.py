@@ -663,7 +663,7 @@ def _session_stop(client: _Client, parsed: Parsed) -> int:
     view = client.session_view(name) or {}
     session_id = str(view.get("id", name))
     client.conn.call("DELETE", f"/v1/sessions/{segment(session_id)}")
-    client.out.emit(shapes.stopped_json(session_id), f"stopped {session_id}")
+    client.out.emit(shapes.stopped_json({**view, "id": session_id}), f"stopped {session_id}")
     return 0
 
 
