@@ -22,6 +22,7 @@ import secrets
 import sys
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TextIO
 
 import trio
@@ -32,7 +33,9 @@ from executor.ids import new_approval_id
 from executor.models import BashAction, WriteAction
 
 __all__ = [
+    "Answered",
     "Approval",
+    "ApprovalDenied",
     "ApprovalHandler",
     "ApprovalRequest",
     "CallbackApprovalHandler",
@@ -62,10 +65,30 @@ class ApprovalRequest(BaseModel):
     that names its asks (the service's pending approvals) uses it, so the id a person answers is the journal's."""
 
 
-class ApprovalHandler(Protocol):
-    """Answers approval requests: ``True`` approves; anything else, an exception or EOF denies."""
+class ApprovalDenied(ActionDenied):
+    """A person (or a handler) answered no: :attr:`answered_by` says who, when the handler says."""
 
-    async def __call__(self, request: ApprovalRequest) -> bool | None:
+    def __init__(self, message: str, *, answered_by: str | None) -> None:
+        super().__init__(message)
+        self.answered_by = answered_by
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A handler's answer that says who gave it (journaled as ``approval_resolved.answered_by``)."""
+
+    approve: bool
+    """True approves this exact action once."""
+    by: str
+    """Who answered: a service token's owner id, ``socket`` (the service's unix socket), ``terminal``, ``mcp``..."""
+
+
+class ApprovalHandler(Protocol):
+    """Answers approval requests: ``True`` (or an :class:`Answered` that approves) approves; anything else, an
+    exception or EOF denies. A handler may name who answers with an ``answerer`` attribute, or per answer with
+    :class:`Answered`."""
+
+    async def __call__(self, request: ApprovalRequest) -> bool | Answered | None:
         """Return True to approve this exact action once."""
         ...
 
@@ -73,12 +96,14 @@ class ApprovalHandler(Protocol):
 class Approval:
     """A single-use permission for exactly one action identity."""
 
-    __slots__ = ("_used", "approval_id", "identity", "session_id")
+    __slots__ = ("_used", "answered_by", "approval_id", "identity", "session_id")
 
-    def __init__(self, identity: str, session_id: str) -> None:
+    def __init__(self, identity: str, session_id: str, answered_by: str | None = None) -> None:
         self.approval_id = new_approval_id()
         self.identity = identity
         self.session_id = session_id
+        self.answered_by = answered_by
+        """Who approved (see :class:`Answered`); None when the handler does not say."""
         self._used = False
 
     @property
@@ -207,6 +232,9 @@ class TerminalApprovalHandler:
     for a keypress.
     """
 
+    answerer = "terminal"
+    """Who answers, as the journal records it."""
+
     def __init__(self, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
         """Args:
         stdin: where the answer is read (default ``sys.stdin``).
@@ -276,19 +304,24 @@ async def request_approval(
     )
     if handler is None:
         raise ApprovalRequired(blocked_result_text(request))
+    by = getattr(handler, "answerer", None)
+    by = by if isinstance(by, str) else None
     try:
-        answer = await handler(request)
+        answer: object = await handler(request)
     except EOFError as exc:
         raise ActionDenied("end of input (EOF) before an answer counts as a denial; nothing ran") from exc
     except Exception as exc:
         raise ActionDenied(
             f"the approval handler failed ({type(exc).__name__}); treated as a denial, nothing ran"
         ) from exc
+    if isinstance(answer, Answered):
+        by = answer.by
+        answer = answer.approve
     if answer is not True:
         shown = (
             "no answer" if answer is None else "denied" if answer is False else f"unrecognised answer {answer!r:.40}"
         )
-        raise ActionDenied(f"approval {shown}; nothing ran")
+        raise ApprovalDenied(f"approval {shown}; nothing ran", answered_by=by if answer is False else None)
     try:
         now = await current_identity()
     except ExecutorError as exc:
@@ -298,4 +331,4 @@ async def request_approval(
             "the action changed while it waited for approval (command, arguments or the file under review); "
             "nothing ran. Prepare it again and ask for a new approval"
         )
-    return Approval(identity, action.session_id)
+    return Approval(identity, action.session_id, answered_by=by)

@@ -243,6 +243,9 @@ class ApprovalResolved(EventBase):
     """The approval that ended."""
     outcome: ApprovalOutcome
     """How it ended."""
+    answered_by: str | None = None
+    """Who answered (approved or denied): a service token's owner id, ``socket`` (the service's unix socket),
+    ``terminal``, ``mcp``; None when nobody answered or the handler does not say."""
 
 
 class ExecutionStarted(EventBase):

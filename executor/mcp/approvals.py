@@ -18,7 +18,7 @@ from mcp_types import (
 )
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from executor.gate.approvals import ApprovalRequest, printable
+from executor.gate.approvals import Answered, ApprovalRequest, printable
 from executor.mcp.results import tool_result
 from executor.models import BashAction
 from executor.session import ToolResult
@@ -31,6 +31,7 @@ __all__ = [
     "decision",
     "elicitation_supported",
     "gated",
+    "mcp_answerer",
 ]
 
 
@@ -77,6 +78,11 @@ def approval_message(request: ApprovalRequest) -> str:
         lines += ["", "Why it needs approval: " + "; ".join(printable(r, keep_newlines=False) for r in request.reasons)]
     lines += ["", "Approve to run exactly this, once. Decline or cancel runs nothing."]
     return "\n".join(lines)
+
+
+def mcp_answerer(owner: str | None) -> str:
+    """Who answered an elicitation, as the journal records it: the MCP client, by its token's owner id if any."""
+    return f"mcp {owner}" if owner else "mcp"
 
 
 def decision(answer: ElicitResult | None) -> bool | None:
@@ -145,10 +151,11 @@ class InputRound:
                 round_.answered_identity = state.identity_hash
         return round_
 
-    async def handler(self, request: ApprovalRequest) -> bool | None:
+    async def handler(self, request: ApprovalRequest) -> Answered | None:
         if self.answer is not None and hmac.compare_digest(request.identity, self.answered_identity or ""):
             answer, self.answer = self.answer, None
-            return decision(answer)
+            decided = decision(answer)
+            return None if decided is None else Answered(decided, by=mcp_answerer(self.owner))
         self.pending = request
         # The question goes back to the client in this call's result; nobody answers it in this round.
         self.scope.cancel()

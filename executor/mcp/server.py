@@ -49,7 +49,7 @@ from starlette.requests import Request
 
 from executor.config import Settings
 from executor.errors import ArtifactNotFound, ExecutorError, TaskNotFound, public_name
-from executor.gate.approvals import ApprovalHandler, ApprovalRequest
+from executor.gate.approvals import Answered, ApprovalHandler, ApprovalRequest
 from executor.mcp.approvals import (
     APPROVAL_SCHEMA,
     INPUT_REQUIRED_VERSION,
@@ -58,6 +58,7 @@ from executor.mcp.approvals import (
     decision,
     elicitation_supported,
     gated,
+    mcp_answerer,
 )
 from executor.mcp.auth import (
     McpTransport,
@@ -249,7 +250,7 @@ class McpSurface:
             return None, None
         related = ctx.request_id
 
-        async def ask(request: ApprovalRequest) -> bool | None:
+        async def ask(request: ApprovalRequest) -> Answered | None:
             try:
                 answer = await session.elicit_form(
                     message=approval_message(request), requested_schema=APPROVAL_SCHEMA, related_request_id=related
@@ -258,7 +259,8 @@ class McpSurface:
                 # A client that fails to answer has not approved anything.
                 logger.warning("approval elicitation failed; treating it as unanswered", exc_info=True)
                 return None
-            return decision(answer)
+            decided = decision(answer)
+            return None if decided is None else Answered(decided, by=mcp_answerer(owner))
 
         return ask, None
 

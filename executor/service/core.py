@@ -36,7 +36,7 @@ from executor.errors import (
     SessionNotFound,
     SessionStopped,
 )
-from executor.gate.approvals import ApprovalHandler, ApprovalRequest
+from executor.gate.approvals import Answered, ApprovalHandler, ApprovalRequest
 from executor.ids import is_session_id
 from executor.sandbox.usage import UsageMark, read_usage, usage_path
 from executor.service.files import unlinked_file
@@ -434,7 +434,7 @@ class _Pending:
     owner: str | None
     deadline: float
     answered: trio.Event = field(default_factory=trio.Event)
-    answer: bool | None = None
+    answer: Answered | None = None
 
 
 class Service:
@@ -820,7 +820,7 @@ class Service:
     ) -> ApprovalHandler:
         """A handler that parks each ask until ``answer`` (or the timeout, which denies)."""
 
-        async def ask(request: ApprovalRequest) -> bool | None:
+        async def ask(request: ApprovalRequest) -> Answered | None:
             if self.draining:
                 return None
             # The journal's id for the ask (one id from the journal to the person answering it).
@@ -858,7 +858,8 @@ class Service:
         ]
 
     def answer(self, approval_id: str, approve: bool, owner: str | None) -> None:
-        """Answer an ask once.
+        """Answer an ask once; the session's journal records who answered (``owner``, or ``socket`` for the unix
+        socket's callers).
 
         Raises:
             ApprovalNotFound: no such pending ask, it was answered already, or it is another owner's.
@@ -866,7 +867,7 @@ class Service:
         pending = self._pending.get(approval_id)
         if pending is None or pending.answered.is_set() or not owns(pending.owner, owner):
             raise ApprovalNotFound(f"no pending approval {approval_id!r}; GET /v1/approvals lists yours")
-        pending.answer = approve
+        pending.answer = Answered(approve, by=owner or "socket")
         pending.answered.set()
 
 

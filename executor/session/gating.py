@@ -20,7 +20,7 @@ from typing import Literal
 from executor.artifacts import ArtifactRecord, Capture, SessionArtifacts
 from executor.config import Profile
 from executor.errors import ActionDenied, ApprovalInvalidated, ApprovalRequired
-from executor.gate.approvals import ApprovalHandler, request_approval
+from executor.gate.approvals import ApprovalDenied, ApprovalHandler, request_approval
 from executor.gate.gate import Gate, GateOutcome
 from executor.journal import JournalWriter
 from executor.journal.events import (
@@ -223,10 +223,12 @@ class Gatekeeper:
             ApprovalRequested(action_id=action_id, approval_id=approval_id, identity_hash=identity, summary=reasons)
         )
         resolution: Literal["approved", "denied", "eof", "cancelled", "invalidated", "unavailable"] = "cancelled"
+        answered_by: str | None = None
         try:
             approval = await request_approval(
                 action, handler, current_identity=current_identity, reasons=outcome.reasons, approval_id=approval_id
             )
+            answered_by = approval.answered_by
             approval.consume(identity)
             resolution = "approved"
         except ApprovalRequired as exc:
@@ -237,9 +239,10 @@ class Gatekeeper:
             return Refusal("denied", f"[{exc}]")
         except ActionDenied as exc:
             resolution = "eof" if "EOF" in str(exc) else "denied"
+            answered_by = exc.answered_by if isinstance(exc, ApprovalDenied) else None
             return Refusal("denied", f"[{exc}]")
         finally:
-            journal.emit(ApprovalResolved(approval_id=approval_id, outcome=resolution))
+            journal.emit(ApprovalResolved(approval_id=approval_id, outcome=resolution, answered_by=answered_by))
         return None
 
     @asynccontextmanager

@@ -13,7 +13,9 @@ import trio.testing
 
 from executor.errors import ActionDenied, ApprovalInvalidated, ApprovalRequired
 from executor.gate.approvals import (
+    Answered,
     Approval,
+    ApprovalDenied,
     ApprovalRequest,
     CallbackApprovalHandler,
     TerminalApprovalHandler,
@@ -185,6 +187,33 @@ async def test_the_terminal_handler_defaults_to_no_and_eof_denies(typed: str, ap
             await run()
     assert ran == ([True] if approved else [])
     assert "rm -rf build" in out.getvalue() and "[y/N]" in out.getvalue()
+
+
+async def test_an_approval_says_who_answered() -> None:
+    """A handler names its answerer (the terminal) or names one per answer (Answered, as the service does for a
+    token's owner); a denial carries it too; a plain callback says nobody in particular."""
+    approval = await request_approval(
+        ACTION, TerminalApprovalHandler(stdin=io.StringIO("y\n"), stdout=io.StringIO()), current_identity=_same
+    )
+    assert approval.answered_by == "terminal"
+
+    async def by_owner(request: ApprovalRequest) -> Answered:
+        return Answered(request.summary.startswith("run"), by="tok-1234")
+
+    assert (await request_approval(ACTION, by_owner, current_identity=_same)).answered_by == "tok-1234"
+
+    async def refuse(request: ApprovalRequest) -> Answered:
+        return Answered(False, by="socket")
+
+    with pytest.raises(ApprovalDenied) as denied:
+        await request_approval(ACTION, refuse, current_identity=_same)
+    assert denied.value.answered_by == "socket"
+    plain = CallbackApprovalHandler(lambda request: _true())
+    assert (await request_approval(ACTION, plain, current_identity=_same)).answered_by is None
+
+
+async def _true() -> bool:
+    return True
 
 
 async def test_the_terminal_shows_hidden_characters_escaped() -> None:

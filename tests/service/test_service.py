@@ -236,6 +236,9 @@ def test_approval_answered_out_of_band(shared_service: ServiceProcess) -> None:
             records = [json.loads(line) for line in journal.read_text().splitlines()]
             asks = {(r["type"], r.get("outcome")) for r in records if r.get("approval_id") == answered}
             assert asks == {("approval_requested", None), ("approval_resolved", "approved" if approve else "denied")}
+            # Who answered is journaled: here a caller of the unix socket (over TCP, the token's owner id).
+            (resolved,) = [r for r in records if r["type"] == "approval_resolved" and r["approval_id"] == answered]
+            assert resolved["answered_by"] == "socket", resolved
             result = outcome[-1].result
             marker = client.exec(session, f"test -e asked-{tag} && echo present || echo absent").stdout
             if approve:
