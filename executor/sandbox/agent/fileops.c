@@ -1140,12 +1140,19 @@ static int cmd_write(int argc, char **argv)
      * user could not write in place (chmod -w), like a shell redirect would. */
     if (!creating && faccessat(dirfd, w.name, W_OK, AT_EACCESS) != 0) {
         int e = errno;
-        rc = e == EACCES || e == EPERM
-                 ? fail("permission", w.path,
-                        "%s is not writable by the session user (mode %o); nothing was written: change its mode "
-                        "first (chmod u+w) if it should be replaced",
-                        w.path, want.mode)
-                 : fail_errno(e, w.path, "access check of");
+        if (e != EACCES && e != EPERM)
+            rc = fail_errno(e, w.path, "access check of");
+        else if (want.uid != (uint64_t)geteuid())
+            /* Only its owner (or root) may change its mode: advising chmod would name a step that fails. */
+            rc = fail("permission", w.path,
+                      "%s is not writable by the session user (mode %o, owned by uid %llu); nothing was written: "
+                      "the session user cannot change another user's file, so write a new file elsewhere",
+                      w.path, want.mode, (unsigned long long)want.uid);
+        else
+            rc = fail("permission", w.path,
+                      "%s is not writable by the session user (mode %o); nothing was written: change its mode "
+                      "first (chmod u+w) if it should be replaced",
+                      w.path, want.mode);
         goto out_dir;
     }
 

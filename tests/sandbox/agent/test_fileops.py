@@ -528,8 +528,16 @@ def test_write_refuses_a_file_the_user_could_not_write_in_place(agent: Path, wor
     result = write(agent, target, b"replaced", user=1000)
     assert (result.rc, result.error) == (1, "permission"), result.out
     assert "not writable by the session user" in result.out["message"]
+    assert "chmod u+w" in result.out["message"]  # its owner can change its mode
     assert target.read_bytes() == b"original"
     assert leftovers(work) == []
+    # Another user's file: chmod would fail too, so the advice is to write elsewhere.
+    os.chown(target, 0, 0)
+    target.chmod(0o644)
+    theirs = write(agent, target, b"replaced", user=1000)
+    assert (theirs.rc, theirs.error) == (1, "permission"), theirs.out
+    assert "owned by uid 0" in theirs.out["message"] and "chmod" not in theirs.out["message"], theirs.out
+    assert target.read_bytes() == b"original"
 
 
 def test_write_with_parents_creates_missing_folders(agent: Path, work: Path) -> None:
