@@ -274,6 +274,8 @@ struct pstat {
     unsigned long long start; /* start time, clock ticks since boot (field 22) */
 };
 
+static void read_real_ids(pid_t pid, struct pstat *ps);
+
 static int read_pstat(pid_t pid, struct pstat *ps)
 {
     char path[64], data[1024];
@@ -306,7 +308,69 @@ static int read_pstat(pid_t pid, struct pstat *ps)
     ps->state = state;
     ps->uid = st.st_uid;
     ps->gid = st.st_gid;
+    if (st.st_uid == 0)
+        read_real_ids(pid, ps); /* a non-dumpable process's /proc files are root's whoever runs it */
     return 0;
+}
+
+/* A process's real uid and gid from /proc/PID/status (for one whose /proc files the kernel gives to root). */
+static void read_real_ids(pid_t pid, struct pstat *ps)
+{
+    char path[64], data[2048];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, data, sizeof data - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    data[n] = '\0';
+    unsigned long uid, gid;
+    const char *u = strstr(data, "\nUid:"), *g = strstr(data, "\nGid:");
+    if (u != NULL && g != NULL && sscanf(u, "\nUid: %lu", &uid) == 1 && sscanf(g, "\nGid: %lu", &gid) == 1) {
+        ps->uid = (uid_t)uid;
+        ps->gid = (gid_t)gid;
+    }
+}
+
+/* A thread group whose leader exited is a zombie by /proc/PID/stat while its other threads run on: alive if any of
+ * /proc/PID/task/ is not a zombie. */
+static int zombie_but_running(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return 0;
+    int alive = 0;
+    struct dirent *e;
+    while (!alive && (e = readdir(dir)) != NULL) {
+        char *end;
+        long tid = strtol(e->d_name, &end, 10);
+        if (*end != '\0' || tid <= 0 || tid == pid)
+            continue;
+        char tpath[96], data[512];
+        snprintf(tpath, sizeof tpath, "/proc/%d/task/%ld/stat", (int)pid, tid);
+        int fd = open(tpath, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, data, sizeof data - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        data[n] = '\0';
+        char *rp = strrchr(data, ')');
+        alive = rp != NULL && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X' && rp[2] != '\0';
+    }
+    closedir(dir);
+    return alive;
+}
+
+/* Gone for good: a zombie (or dead) thread group with no thread left running. */
+static int pstat_gone(const struct pstat *ps)
+{
+    return (ps->state == 'Z' || ps->state == 'X') && !zombie_but_running(ps->pid);
 }
 
 static void read_cmdline(pid_t pid, char *out, size_t outlen)
@@ -527,6 +591,8 @@ struct run {
     struct ring ring[2];
     unsigned long long start_ticks; /* the shell's start time (/proc stat field 22); 0 unknown */
     int alone;                      /* no other run or task was live at any time during this one */
+    unsigned long long alone_until; /* alone only until then (another run started while this one was being
+                                       killed or was draining); 0: no bound */
     char tag[64];
     const char *shell;
     uint64_t oom_before;
@@ -1060,7 +1126,7 @@ struct scan_arg {
 static int scan_visit(const struct pstat *ps, void *arg)
 {
     struct scan_arg *a = arg;
-    if (ps->state == 'Z' || ps->state == 'X')
+    if (pstat_gone(ps))
         return 0;
     if (a->skip != NULL && plist_has(a->skip, ps->pid))
         return 0;
@@ -1069,7 +1135,7 @@ static int scan_visit(const struct pstat *ps, void *arg)
      * had the session to itself owns every one started since its shell, tagged or not (`env -i`, `env -u`): nothing
      * else could have started them (processes entered from outside have parent pid 0 and are left alone). */
     if (!match && ps->uid == opt.uid && a->r->alone && a->r->kill_orphans && ps->ppid != 0 &&
-        ps->start >= a->r->start_ticks)
+        ps->start >= a->r->start_ticks && (a->r->alone_until == 0 || ps->start < a->r->alone_until))
         match = 1;
     if (!match && ps->uid == opt.uid)
         match = environ_has(ps, a->needle, a->nlen);
@@ -1417,7 +1483,7 @@ static void sweep(struct plist *killed)
         }
         int fresh = 0;
         for (size_t i = 0; i < a.n; i++) {
-            if (!mark[i] || a.v[i].state == 'Z' || a.v[i].state == 'X')
+            if (!mark[i] || pstat_gone(&a.v[i]))
                 continue;
             if (plist_has(killed, a.v[i].pid)) {
                 if (kill(a.v[i].pid, SIGKILL) != 0 && errno != ESRCH)
@@ -1510,9 +1576,20 @@ static void handle_run(struct conn *c, const struct frame_view *f, int detached)
     struct pstat shell;
     r->start_ticks = read_pstat(r->pid, &shell) == 0 ? shell.start : 0;
     r->alone = r->start_ticks != 0 && !g_kept_leftovers;
-    for (struct run *o = g_runs; o != NULL; o = o->next)
-        if (!o->finished)
-            o->alone = r->alone = 0;
+    for (struct run *o = g_runs; o != NULL; o = o->next) {
+        if (o->finished)
+            continue;
+        r->alone = 0;
+        if ((o->killing || o->exited) && !o->detached && r->start_ticks != 0) {
+            /* It starts nothing of its own any more (its shell is being killed or is gone): it still owns what was
+             * started between its shell and this run, so a Ctrl-C followed at once by the next command does not
+             * free an untagged daemon of the interrupted one. */
+            if (o->alone_until == 0 || r->start_ticks < o->alone_until)
+                o->alone_until = r->start_ticks;
+        } else {
+            o->alone = 0;
+        }
+    }
     r->next = g_runs;
     g_runs = r;
     if (detached) {

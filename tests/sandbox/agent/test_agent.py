@@ -314,6 +314,73 @@ async def test_env_i_daemon_caught_at_once_alone_or_by_the_sweep(client: AgentCl
     assert await wait_dead(swept[0].pid)
 
 
+_NON_DUMPABLE = "import ctypes, os, sys, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n{body}"
+"""A python program made non-dumpable (prctl PR_SET_DUMPABLE 0): the kernel gives its /proc files to root."""
+
+
+def _script(live: LiveAgent, name: str, text: str) -> str:
+    path = live.workspace / name
+    path.write_text(text)
+    path.chmod(0o644)
+    return str(path)
+
+
+async def test_a_non_dumpable_or_leaderless_escapee_is_still_a_leftover(
+    client: AgentClient, live_agent: LiveAgent
+) -> None:
+    """An untagged daemon whose /proc files are root's (non-dumpable) was skipped as not the session user's; one
+    whose main thread exited (a zombie leader, its other threads running) was skipped as dead. Both ran on after
+    their run said nothing was left. Each is now a leftover of the run that had the session alone, killed."""
+    pidfile = live_agent.workspace / "pid"
+    hidden = _script(
+        live_agent,
+        "nd.py",
+        _NON_DUMPABLE.format(body=f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"),
+    )
+    leaderless = _script(
+        live_agent,
+        "zl.py",
+        "import ctypes, os, threading, time\n"
+        f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "threading.Thread(target=time.sleep, args=(60,)).start()\ntime.sleep(0.1)\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n",
+    )
+    for script in (hidden, leaderless):
+        pidfile.unlink(missing_ok=True)
+        command = f"env -i setsid python3 {script} >/dev/null 2>&1 </dev/null & while [ ! -s {pidfile} ]; do sleep 0.05; done; sleep 0.3"
+        _, result = await run(client, live_agent, command)
+        pid = int(pidfile.read_text())
+        assert pid in [p.pid for p in result.orphans_killed], (script, result)
+        assert await wait_dead(pid), script
+
+
+async def test_an_interrupted_runs_untagged_daemon_is_its_own_though_the_next_run_starts_at_once(
+    client: AgentClient, live_agent: LiveAgent
+) -> None:
+    """Ctrl-C, then the next command at once, while the interrupted one is still in its kill grace: the next run
+    no longer takes the session from it, so its `env -i` daemon (started before the next run) is still its leftover,
+    killed; the next run's own processes are not the interrupted run's."""
+    pidfile = live_agent.workspace / "daemon"
+    pidfile.unlink(missing_ok=True)
+    command = f"env -i setsid sleep 39 >/dev/null 2>&1 </dev/null & echo $! > {pidfile}; trap '' TERM; sleep 100"
+    interrupted = trio.CancelScope()
+
+    async def first() -> None:
+        with interrupted:
+            await client.run(live_agent.spec(command, grace_ms=2000), Capture())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            await trio.sleep(0.05)
+        interrupted.cancel()  # Ctrl-C: the agent starts its TERM, grace, KILL
+        await trio.sleep(0.1)
+        _, after = await run(client, live_agent, "sleep 0.2; echo next")  # within the first run's grace
+    assert after.exit_code == 0
+    daemon = int(pidfile.read_text())
+    assert await wait_dead(daemon, within_s=10.0), "the interrupted run's env -i daemon outlived it"
+
+
 async def test_many_short_children_leave_no_zombies(client: AgentClient, live_agent: LiveAgent) -> None:
     """200 short-lived background children are all reaped: no zombie stays under the agent."""
     _, result = await run(client, live_agent, "for i in $(seq 200); do (true &); done; sleep 0.1")
