@@ -98,6 +98,7 @@ _WRAPPERS: dict[str, int] = {
     "busybox": 0,
     "flock": 1,
     "su": 0,
+    "coproc": 1,
 }
 # Builtins whose arguments may be assignments (export NAME=VALUE, declare -x NAME=VALUE ...).
 _DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly"})
@@ -386,9 +387,16 @@ def _brace_expanded(segment: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _tokens(command: str) -> list[tuple[str, bool]]:
-    """POSIX-style words and operator runs: ``[(text, is_operator)]``. Linear time (``shlex`` is quadratic
-    on long words). Quoted text never forms an operator. '#' is an ordinary character: bash only starts a
-    comment at a word start, and treating it as a comment could hide '; rm -rf /' after 'a#b'.
+    """POSIX-style words and operator runs: ``[(text, is_operator)]``, read as bash reads them so that the reading
+    never goes out of step with the shell (a quote the shell does not see as one would hide what follows). Linear
+    time (``shlex`` is quadratic on long words). Quoted text never forms an operator.
+
+    * ``#`` starts a comment only at the start of a word, as in bash (``a#b`` is a word);
+    * ``$'...'`` is ANSI-C quoting: ``\\'`` does not end it, and its escapes are decoded (``$'\\x72m'`` is ``rm``);
+    * ``$(...)`` and backticks inside double quotes keep their own quoting (``"$(echo "a b"; rm x)"`` is one word
+      holding the whole substitution, which :func:`_substitutions` reads);
+    * a here-document's body (``<<EOF`` ... ``EOF``) is not shell text: it becomes a ``<<<`` here-string token
+      (the command's stdin) placed before the newline that ends the command, so a quote in the body is just text.
 
     Raises:
         ValueError: an unterminated quote.
@@ -396,29 +404,58 @@ def _tokens(command: str) -> list[tuple[str, bool]]:
     tokens: list[tuple[str, bool]] = []
     word: list[str] = []
     in_word = False
+    # Here-documents opened on the current line: [delimiter (None until its word is read), strip tabs, the token
+    # index its body goes to].
+    heredocs: list[list[object]] = []
     index, length = 0, len(command)
+
+    def end_word() -> None:
+        nonlocal word, in_word
+        if in_word:
+            text = "".join(word)
+            tokens.append((text, False))
+            for pending in heredocs:
+                if pending[0] is None:
+                    pending[0] = text  # the word after '<<' is the delimiter (quotes removed)
+                    pending[2] = len(tokens)  # its body goes right after it: the stdin of that command
+                    break
+            word, in_word = [], False
+
     while index < length:
         char = command[index]
         if char in " \t\r":
-            if in_word:
-                tokens.append(("".join(word), False))
-                word, in_word = [], False
+            end_word()
             index += 1
+        elif char == "#" and not in_word:
+            end = command.find("\n", index)
+            index = length if end == -1 else end  # a comment runs to the end of the line
         elif char in _PUNCTUATION:
-            if in_word:
-                tokens.append(("".join(word), False))
-                word, in_word = [], False
+            end_word()
+            if char == "\n" and heredocs:
+                index = _heredoc_bodies(command, index + 1, heredocs, tokens)
+                heredocs = []
+                tokens.append(("\n", True))
+                continue
             end = index
             while end < length and command[end] in _PUNCTUATION and command[end] != "\n":
                 end += 1
             end = max(end, index + 1)
-            tokens.append((command[index:end], True))
+            operator = command[index:end]
+            tokens.append((operator, True))
             index = end
+            if operator.endswith("<<") and not operator.endswith("<<<"):
+                strip = index < length and command[index] == "-"
+                index += 1 if strip else 0
+                heredocs.append([None, strip, len(tokens)])
         elif char == "\\":
             in_word = True
             if index + 1 < length and command[index + 1] != "\n":
                 word.append(command[index + 1])
             index += 2
+        elif char == "$" and index + 1 < length and command[index + 1] == "'":
+            text, index = _ansi_c(command, index + 2)
+            word.append(text)
+            in_word = True
         elif char == "'":
             end = command.find("'", index + 1)
             if end == -1:
@@ -441,15 +478,137 @@ def _tokens(command: str) -> list[tuple[str, bool]]:
                         word.append(command[index + 1])
                     index += 2
                     continue
+                if command.startswith("$(", index) or char == "`":
+                    # A substitution keeps its own quoting inside double quotes: copied whole, read later.
+                    end = _substitution_end(command, index)
+                    word.append(command[index:end])
+                    index = end
+                    continue
                 word.append(char)
                 index += 1
         else:
             word.append(char)
             in_word = True
             index += 1
-    if in_word:
-        tokens.append(("".join(word), False))
+    end_word()
+    if heredocs:
+        _heredoc_bodies(command, length, heredocs, tokens)
     return tokens
+
+
+_ANSI_C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
+                   "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}  # fmt: skip
+
+
+def _ansi_c(command: str, index: int) -> tuple[str, int]:
+    """The text of a ``$'...'`` word starting after its opening quote, and the index after its closing one.
+
+    Raises:
+        ValueError: no closing quote.
+    """
+    out: list[str] = []
+    length = len(command)
+    while index < length:
+        char = command[index]
+        if char == "'":
+            return "".join(out), index + 1
+        if char != "\\" or index + 1 >= length:
+            out.append(char)
+            index += 1
+            continue
+        code = command[index + 1]
+        if code in _ANSI_C_ESCAPES:
+            out.append(_ANSI_C_ESCAPES[code])
+            index += 2
+        elif code in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[code]
+            digits = re.match(rf"[0-9A-Fa-f]{{1,{width}}}", command[index + 2 : index + 2 + width])
+            if digits is None:
+                out.append("\\" + code)
+                index += 2
+            else:
+                out.append(chr(min(int(digits.group(), 16), 0x10FFFF)))
+                index += 2 + len(digits.group())
+        elif code in "01234567":
+            digits = re.match(r"[0-7]{1,3}", command[index + 1 : index + 4])
+            assert digits is not None
+            out.append(chr(int(digits.group(), 8) & 0xFF))
+            index += 1 + len(digits.group())
+        elif code == "c" and index + 2 < length:
+            out.append(chr(ord(command[index + 2]) & 0x1F))
+            index += 3
+        else:
+            out.append("\\" + code)
+            index += 2
+    raise ValueError("no closing quote of $'...'")
+
+
+def _substitution_end(command: str, index: int) -> int:
+    """The index after the ``$(...)`` or backtick substitution starting at ``index``, read with its own quoting
+    (nested substitutions, quotes and escapes); the end of the string when it never closes (bash would refuse it:
+    the reading stays strict, as the whole rest is inside)."""
+    length = len(command)
+    if command[index] == "`":
+        position = index + 1
+        while position < length:
+            if command[position] == "\\":
+                position += 2
+                continue
+            if command[position] == "`":
+                return position + 1
+            position += 1
+        return length
+    depth, position = 0, index + 1
+    while position < length:
+        char = command[position]
+        if char == "\\":
+            position += 2
+            continue
+        if char == "'":
+            close = command.find("'", position + 1)
+            position = length if close == -1 else close + 1
+            continue
+        if char == '"':
+            position += 1
+            while position < length and command[position] != '"':
+                if command[position] == "\\":
+                    position += 1
+                elif command.startswith("$(", position) or command[position] == "`":
+                    position = _substitution_end(command, position) - 1
+                position += 1
+            position += 1
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return position + 1
+        position += 1
+    return length
+
+
+def _heredoc_bodies(command: str, index: int, heredocs: list[list[object]], tokens: list[tuple[str, bool]]) -> int:
+    """Read the bodies of the here-documents opened on the line that ended before ``index`` (in order), each up to
+    its delimiter line, as ``<<<`` here-string tokens right after its delimiter (so the body is the stdin of the
+    command that opened it, wherever that command is on the line); returns the index after the last body."""
+    length = len(command)
+    bodies: list[tuple[int, str]] = []
+    for delimiter, strip, position in heredocs:
+        lines: list[str] = []
+        while index < length:
+            end = command.find("\n", index)
+            end = length if end == -1 else end
+            line = command[index:end]
+            index = min(end + 1, length)
+            if (line.lstrip("\t") if strip else line) == delimiter:
+                break
+            lines.append(line)
+        assert isinstance(position, int)
+        bodies.append((position, "\n".join(lines) + ("\n" if lines else "")))
+    for position, body in reversed(bodies):
+        tokens[position:position] = [("<<<", True), (body, False)]
+    return index
 
 
 def _collect(command: str, depth: int, reading: _Reading) -> bool:
@@ -533,6 +692,13 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
 
 
 _STDIN_NAMES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+_FD_NAME = re.compile(r"/dev/fd/[0-9]+|/proc/(self|thread-self|[0-9]+)/fd/[0-9]+")
+"""A descriptor's file: what a redirection ('3<<< CMD') or a substitution feeds a program named so."""
+
+
+def _from_stdin(operand: str) -> bool:
+    """Whether a program operand names the command's stdin or another descriptor a redirection feeds."""
+    return operand in _STDIN_NAMES or _FD_NAME.fullmatch(operand) is not None
 
 
 def _program_readers(segments: list[tuple[str, ...]], *, substituted: bool = False) -> list[str]:
@@ -546,7 +712,7 @@ def _program_readers(segments: list[tuple[str, ...]], *, substituted: bool = Fal
                 if _shell_reads_stdin(name, candidate[1:]):
                     runners.append(name)
             elif name in ("source", "."):
-                if len(candidate) == 1 or candidate[1] in _STDIN_NAMES:
+                if len(candidate) == 1 or _from_stdin(candidate[1]):
                     runners.append(name)
             elif _INTERPRETER.match(name) and not substituted and _interpreter_program(name, candidate[1:]) == "-":
                 runners.append(name)
@@ -584,7 +750,7 @@ def _shell_reads_stdin(name: str, args: tuple[str, ...]) -> bool:
     if name == "su":
         return True
     operands = args[index:]
-    return from_stdin or not operands or operands[0] in _STDIN_NAMES
+    return from_stdin or not operands or _from_stdin(operands[0])
 
 
 # Per interpreter family: short options whose value is the next word, short options that name the program (a
@@ -624,7 +790,7 @@ def _interpreter_program(name: str, args: tuple[str, ...]) -> str | None:
         if arg == "--":
             index += 1
             break
-        if arg == "-" or arg in _STDIN_NAMES:
+        if arg == "-" or _from_stdin(arg):
             return "-"
         if arg.startswith("--"):
             key, equals, value = arg.partition("=")
@@ -653,7 +819,7 @@ def _interpreter_program(name: str, args: tuple[str, ...]) -> str | None:
         return "-"
     if awk:
         return operands[0]  # awk's first operand is its program (no -f was given)
-    return "-" if operands[0] in _STDIN_NAMES else None
+    return "-" if _from_stdin(operands[0]) else None
 
 
 def _generated(runners: list[str], sources: list[tuple[str, ...]], reading: _Reading) -> None:
@@ -685,6 +851,12 @@ def _flush(
     for word in words:
         for found in _DEFAULT_ASSIGNMENT.finditer(word):  # '${BASH_ENV:=/x}' assigns when unset
             _assign(found.group(1) + "=", reading)
+    if fed and (not words or words == ["exec"]):
+        # A here-string on a group ('{ bash; } <<< CMD', '(sh) <<< CMD', '... fi <<< CMD') feeds every command in
+        # it; 'exec <<< CMD' feeds every later one: read as a program, as a reader in there may run it.
+        for text in fed:
+            ok &= _collect(text, depth + 1, reading)
+        return ok
     if not words:
         return ok
     if len(segments) >= _MAX_SEGMENTS or sum(map(len, segments)) + len(words) > _MAX_WORDS:
@@ -741,6 +913,15 @@ def _command_strings(argv: tuple[str, ...]) -> list[str]:
     if name in _COMMAND_OPTIONS:
         letters, long_names = _COMMAND_OPTIONS[name]
         return _option_values(args, letters, long_names)
+    if name == "trap":  # 'trap CMD SIGNAL...': CMD runs when the signal comes (EXIT, DEBUG: always)
+        handlers = [arg for arg in args if arg not in ("-p", "-l", "--")]
+        return handlers[:1] if len(handlers) >= 2 else []
+    if name in ("mapfile", "readarray"):  # '-C CALLBACK': run for every few lines read
+        return _option_values(args, "C", ())
+    if name == "alias":  # 'alias x=CMD' (with expand_aliases, x runs CMD)
+        return [arg.partition("=")[2] for arg in args if "=" in arg]
+    if name in ("complete", "compgen"):
+        return _option_values(args, "C", ())
     if name == "watch":
         words = [arg for arg in args if not arg.startswith("-")]
         return [" ".join(words)] if words else []

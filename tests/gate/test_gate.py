@@ -437,3 +437,19 @@ async def test_a_direct_write_into_the_git_directory_is_asked_about(default_poli
         assert outcome.decision == "ask", outcome.reasons
     plain = await _gate(default_policy).evaluate(write("/workspace/.gitattributes"), session_id="s1")
     assert plain.decision == "ask"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["/bin/r? -rf /tmp/x", "/???/rm -rf x", "/bin/[r]m -rf x", "hash -p /bin/cp x; x a .git/hooks/pre-rebase"],
+)
+async def test_a_program_named_by_a_pattern_or_renamed_is_not_allowed(default_policy: Policy, command: str) -> None:
+    """Which program `/bin/r?` runs is not known from the text, and `hash -p` gives one another name: a rule on the
+    program's name cannot apply, so the judge does not let it through at trust 1."""
+    outcome = await _gate(default_policy).evaluate(bash(command), session_id="s1")
+    assert outcome.decision != "allow", outcome.reasons
+
+
+async def test_the_test_command_is_not_a_pattern(default_policy: Policy) -> None:
+    outcome = await _gate(default_policy).evaluate(bash("[ -f setup.py ] && echo yes"), session_id="s1")
+    assert outcome.decision == "allow", outcome.reasons

@@ -201,6 +201,24 @@ def test_compound_commands_are_not_allowed_by_a_read_only_prefix(default_policy:
         ("uniq payload .git/hooks/pre-commit", "deny"),
         ("sort -uo .git/hooks/pre-commit x", "deny"),
         ("xz -d .git/hooks/pre-commit.xz", "deny"),
+        # The reading stays in step with bash's quoting: nested quotes in "$(...)", a quote in a comment, quotes in
+        # here-document bodies, $'\'' (ANSI-C) all hid what followed.
+        ('echo "$(echo "a b"; rm -rf /)"', "deny"),
+        ("echo x #'\nrm -rf /\n#'", "deny"),
+        ("cat <<A\n'\nA\nrm -rf /\ncat <<B\n'\nB", "deny"),
+        ("echo $'\\'' ;rm -rf /; #'", "deny"),
+        ("bash <<EOF | grep x\nrm -rf /\nEOF", "deny"),
+        ("cat <<'EOF'\n$(rm -rf /)\nEOF", "deny"),
+        # Strings bash runs later: traps, mapfile callbacks, aliases; coproc runs its command.
+        ("trap 'rm -rf /' EXIT", "deny"),
+        ("mapfile -C 'rm -rf /; :' -c 1 <<< x", "deny"),
+        ("shopt -s expand_aliases\nalias x='rm -rf /'\nx", "deny"),
+        ("coproc rm -rf /; wait", "deny"),
+        # Here-strings fed to a group, an exec redirection, a descriptor.
+        ("{ bash; } <<< 'rm -rf ~'", "deny"),
+        ("(bash) <<< 'rm -rf ~'", "deny"),
+        ("exec <<<'rm -rf ~'; bash", "deny"),
+        ("bash /dev/fd/3 3<<< 'rm -rf ~'", "deny"),
     ],
 )
 def test_default_policy_commands(default_policy: Policy, command: str, decision: str | None) -> None:

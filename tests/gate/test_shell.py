@@ -94,7 +94,7 @@ def test_a_computed_target_is_unknown() -> None:
         ("ruby -e 'File.write(1)'", [("ruby", "File.write(1)")]),
         ("php -r 'x();'", [("php", "x();")]),
         ("cat x.py | python3", [("python3", "-")]),
-        ("python3 - <<EOF\nprint(1)\nEOF", [("python3", "-")]),
+        ("python3 - <<EOF\nprint(1)\nEOF", [("python3", "print(1)\n"), ("python3", "-")]),
         ("awk '{print > \"f\"}' in", [("awk", '{print > "f"}')]),
         ("bash -c \"python3 -c 'x'\"", [("python3", "x")]),
         ("python3 script.py -c x", []),

@@ -576,8 +576,19 @@ def assess_command(
         elif word not in command:
             findings.raise_to("obfuscation", 2, f"the command name {word[:40]!r} is spelled with quotes or escapes")
     for candidate in parsed.candidates:
+        name = candidate[0]
+        if name not in ("[", "[[") and _GLOBBED.search(name):
+            findings.raise_to(
+                "obfuscation", 2, f"the program is named by a pattern ({name[:40]!r}): which one runs is unknown"
+            )
+        if name == "hash" and "-p" in candidate[1:]:
+            findings.raise_to("obfuscation", 2, "gives a program another name (hash -p)")
         _assess_candidate(candidate, findings, workspace, home)
     return parsed
+
+
+_GLOBBED = re.compile(r"[*?]|\[.*\]")
+"""A program named by a glob pattern (``/bin/r?``, ``/???/rm``, ``/bin/[r]m``)."""
 
 
 def find_instructions(texts: Iterable[str]) -> bool:

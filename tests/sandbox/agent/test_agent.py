@@ -347,7 +347,10 @@ async def test_a_non_dumpable_or_leaderless_escapee_is_still_a_leftover(
     )
     for script in (hidden, leaderless):
         pidfile.unlink(missing_ok=True)
-        command = f"env -i setsid python3 {script} >/dev/null 2>&1 </dev/null & while [ ! -s {pidfile} ]; do sleep 0.05; done; sleep 0.3"
+        command = (
+            f"env -i setsid python3 {script} >/dev/null 2>&1 </dev/null & "
+            f"while [ ! -s {pidfile} ]; do sleep 0.05; done; sleep 0.3"
+        )
         _, result = await run(client, live_agent, command)
         pid = int(pidfile.read_text())
         assert pid in [p.pid for p in result.orphans_killed], (script, result)
@@ -371,7 +374,9 @@ async def test_an_interrupted_runs_untagged_daemon_is_its_own_though_the_next_ru
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(first)
-        while not pidfile.exists() or not pidfile.read_text().strip():
+        for _ in range(200):  # the daemon is started
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
             await trio.sleep(0.05)
         interrupted.cancel()  # Ctrl-C: the agent starts its TERM, grace, KILL
         await trio.sleep(0.1)
