@@ -851,9 +851,10 @@ def _flush(
     for word in words:
         for found in _DEFAULT_ASSIGNMENT.finditer(word):  # '${BASH_ENV:=/x}' assigns when unset
             _assign(found.group(1) + "=", reading)
-    if fed and (not words or words == ["exec"]):
-        # A here-string on a group ('{ bash; } <<< CMD', '(sh) <<< CMD', '... fi <<< CMD') feeds every command in
-        # it; 'exec <<< CMD' feeds every later one: read as a program, as a reader in there may run it.
+    if fed and (words == ["exec"] or (not words and _program_readers(segments[-_MAX_SEGMENTS:]))):
+        # 'exec <<< CMD' feeds every later command; a here-string on a group ('{ bash; } <<< CMD', '(sh) <<< CMD',
+        # '... fi <<< CMD') feeds every command in it, read as a program when a shell that reads stdin came before
+        # ('while read l; do ...; done <<< "$x"' has none: its text is data).
         for text in fed:
             ok &= _collect(text, depth + 1, reading)
         return ok
