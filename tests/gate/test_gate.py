@@ -297,7 +297,16 @@ async def test_a_wrapped_shell_reading_a_pipe_gets_the_plain_pipes_verdict(
 
 @pytest.mark.parametrize(
     "command",
-    ["tar -C .git -cf - .", "cat s.txt | grep x", "bash script.sh", "grep -o foo notes"],
+    [
+        "tar -C .git -cf - .",
+        "cat s.txt | grep x",
+        "bash script.sh",
+        "grep -o foo notes",
+        # A here-document's body is data, not shell text (it was read as commands: '{"a": 1}' was denied).
+        'cat > config.json <<EOF\n{"a": 1}\nEOF',
+        'while read -r line; do echo "$line"; done <<< "$DATA"',
+        "echo 'a#b' # a comment",
+    ],
 )
 async def test_reading_and_packing_stay_allowed(default_policy: Policy, command: str) -> None:
     """The readings above do not turn reads into writes: packing a folder, a pipe into grep, a script file."""
