@@ -513,17 +513,23 @@ def read_journal(
         ambiguous_judgments=tuple(ambiguous),
         lines=lines,
         verification="verified" if verify else "unverified",
-        note=_note(verify, key, failed_auth),
+        note=_note(verify, key, failed_auth, len(issues) + omitted - failed_auth),
         failed_authentication=failed_auth if verify else 0,
     )
 
 
-def _note(verify: bool, key: JournalKey | None, failed_auth: int) -> str:
+def _note(verify: bool, key: JournalKey | None, failed_auth: int, refused: int = 0) -> str:
     if verify:
         if failed_auth:
             return (
                 f"checked with this home's key: {failed_auth} line(s) failed authentication and were not used (see "
                 "issues); the accepted lines are authentic"
+            )
+        if refused:
+            return (
+                "verified with this home's key: every accepted line is authentic and the chain is whole; "
+                f"{refused} line(s) that are not records were refused (see issues: an incomplete last line is a "
+                "writer killed mid-line, or bytes added by hand)"
             )
         return "verified with this home's key: every accepted line is authentic and the chain is whole"
     if key is None:

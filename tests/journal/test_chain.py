@@ -244,3 +244,15 @@ def test_the_end_of_a_journal_is_reported_past_max_issues(home: Path) -> None:
     assert _codes(read) == [(7, "unsigned"), (10, "head_missing")]
     assert read.issues_omitted == 2
     assert "4 line(s) failed authentication" in read.note
+
+
+def test_bytes_added_without_a_newline_are_not_called_a_whole_journal(home: Path) -> None:
+    """An unterminated last line (a writer killed mid-line, or bytes appended by hand) is refused, and the verified
+    note says a line was refused instead of only that the chain is whole."""
+    path = _signed(home)
+    with path.open("ab") as raw:
+        raw.write(b"garbage")
+    read = _read(home, path)
+    assert read.verification == "verified" and len(read.records) == 6
+    assert [issue.code for issue in read.issues] == ["truncated"], read.issues
+    assert "1 line(s) that are not records were refused" in read.note, read.note
