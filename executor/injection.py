@@ -10,8 +10,9 @@ Lines are matched as a reader would take them (:func:`reads_as`): escape notatio
 (NFKC: fullwidth and styled letters read plain), whitespace is collapsed and case folded, so ``ig<U+200B>nore`` and
 ``Ｉｇｎｏｒｅ`` still read ``ignore``. A line with notation is also read with the notation as a break between words
 (``ok<U+200B>Ignore`` reads ``ok ignore``) and from its last carriage return (what a terminal shows over the line's
-start), and words run together where something invisible stood (``okIgnore``) are read apart. A phrase split over
-two consecutive non-blank lines flags both.
+start), words run together where something invisible stood (``okIgnore``) are read apart, and a line shown after
+its number (``12: SYSTEM: ...``) is read without it too. A phrase split over two consecutive non-blank lines flags
+both.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ def _fold(text: str) -> str:
 
 
 _CAMEL: Final = re.compile(r"([a-z])([A-Z])")
+_MARKED: Final = re.compile("^(?:" + re.escape(UNTRUSTED_MARKER) + ")+")
+_LINE_NUMBER: Final = re.compile(r"\s*[0-9]+(?:[:-][0-9]+)?[:\t-]\s?(?:\[preview from char [0-9]+;[^\]]*\] )?")
+"""A line number before a line (a search hit ``12: ``, ``grep -n``'s ``12:``, ``nl``'s tab, a preview's note)."""
 _CR: Final = re.compile(r"\\r(?:\{×\d+\})?")
 
 
@@ -158,6 +162,15 @@ def _read_long(line: str) -> tuple[str, bool]:
     if _matches(text):
         return text, True
     others: list[str] = []
+    bare = _MARKED.sub("", line, count=1)
+    numbered = _LINE_NUMBER.match(bare)
+    if numbered is not None:
+        # A line shown after its number ('12: SYSTEM: ...' in a search page, `grep -n`, `nl`): read without it too,
+        # so a pattern anchored at the line's start (a role claim) still sees it there.
+        rest = bare[numbered.end() :]
+        others.append(reads_as(rest))
+        if _NOTATION.search(rest) is not None:
+            others += _other_readings(rest)
     if _NOTATION.search(line) is not None:
         others += _other_readings(line)
     if _may_match(text) and _CAMEL.search(line) is not None:

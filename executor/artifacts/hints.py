@@ -61,10 +61,12 @@ class Hints:
     def search(self, artifact_id: str, *, stream: str, pattern: str, start_line: int = 1) -> str:
         """A call that searches a stored stream for ``pattern`` from ``start_line``."""
         if self.surface == "cli":
-            words = ["executor", "output", "search", artifact_id, "--stream", stream, "--pattern", pattern]
+            words = ["executor", "output", "search", artifact_id, "--stream", stream]
             if start_line != 1:
                 words += ["--start-line", str(start_line)]
-            return shlex.join(words)
+            # The pattern last: a credential redactor reading 'password= --start-line 2' took the flag for the
+            # value and redacted it away, so the hint could not be run.
+            return shlex.join([*words, "--pattern", pattern])
         args: list[tuple[str, object]] = [
             *self._session_of(artifact_id),
             ("artifact_id", artifact_id),

@@ -41,6 +41,7 @@ class OutputTools:
             start_byte_in_line=start_byte_in_line,
         )
         shown = self._views.read_page(page)
+        first = 2  # the page's first stream line follows its header line
         task_id = self._artifacts.detached_task(artifact_id)
         if task_id is not None:
             # Still the cut-short mirror: the task has not ended yet (else current() led to its whole output).
@@ -51,7 +52,9 @@ class OutputTools:
                 "output once it has ended]"
             )
             shown = note if page.empty_source else f"{note}\n{shown}"
-        text = await self._views.sanitize(shown, artifact_id=artifact_id)
+            first += 1
+        neighbours = self._views.page_neighbours(page, first_line_of_page=first)
+        text = await self._views.sanitize(shown, artifact_id=artifact_id, neighbours=neighbours)
         return ToolResult(
             tool="read_output",
             outcome="completed",

@@ -7,7 +7,7 @@ module-level functions are pure: a run's header, its orphans note and its outcom
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final, Literal
@@ -51,6 +51,49 @@ _KEY_LOOKBACK_CHARS: Final = 1024 * 1024
 _EDGE_CONTEXT_BYTES: Final = 4096
 """How much of a line cut by a page's edge its redaction reads on the other side of the edge (a credential the
 redactor knows is shorter)."""
+_NEIGHBOUR_LOOKBACK: Final = 8
+"""Most blank lines a page's first line looks back over for the line before it (the detector skips blank lines)."""
+
+
+_NOTICE_ALLOWANCE: Final = 2048
+"""Characters a result may hold beyond ``artifacts.display_max_chars``: its headers, notices and hints."""
+
+
+def _within_budget(text: str, budget: int) -> str:
+    """``text`` (sanitized) cut in the middle, at line breaks, when it is longer than ``budget`` plus the notices'
+    allowance: pages and views are measured before sanitizing, and a byte the sanitizer writes as ``\\x01`` or an
+    invisible character written ``<U+E0041>`` takes four to nine characters, so output made of them would flood
+    the reader's context. The head and the tail (where headers and recovery hints are) stay."""
+    limit = budget + _NOTICE_ALLOWANCE
+    if len(text) <= limit:
+        return text
+    keep = budget // 2
+    head_end = text.rfind("\n", 0, keep)
+    head_end = keep if head_end < keep // 2 else head_end
+    tail_start = text.find("\n", len(text) - keep)
+    tail_start = len(text) - keep if tail_start == -1 or tail_start > len(text) - keep // 2 else tail_start + 1
+    cut = tail_start - head_end
+    notice = (
+        f"\n[... {cut} characters cut here: escaped control or invisible characters made this longer than "
+        f"artifacts.display_max_chars ({budget}); read a smaller part (fewer lines, or a byte range) to see them ...]\n"
+    )
+    return text[:head_end] + notice + text[tail_start:]
+
+
+def _across_edges(text: str, neighbours: Sequence[tuple[int, str, str]]) -> set[int]:
+    """Lines of ``text`` (1-based) that, read with the stream's line before or after them, hold a phrase that
+    addresses the agent (split over a page's edge)."""
+    lines = text.split("\n")
+    out: set[int] = set()
+    for number, before, after in neighbours:
+        if not 1 <= number <= len(lines):
+            continue
+        line = lines[number - 1]
+        if before and 2 in instruction_lines(f"{before}\n{line}"):
+            out.add(number)
+        if after and 1 in instruction_lines(f"{line}\n{after}"):
+            out.add(number)
+    return out
 
 
 def outcome_of(result: RunResult) -> Outcome:
@@ -169,8 +212,20 @@ class Views:
         reader = _READER.get()
         return self._hints if reader is None else hints_for(reader)
 
-    async def sanitize(self, text: str, *, action_id: str | None = None, artifact_id: str | None = None) -> str:
-        """Judge (reflex ``sanitize``) and clean the exact text the model will see; commits the journal."""
+    async def sanitize(
+        self,
+        text: str,
+        *,
+        action_id: str | None = None,
+        artifact_id: str | None = None,
+        neighbours: Sequence[tuple[int, str, str]] = (),
+    ) -> str:
+        """Judge (reflex ``sanitize``) and clean the exact text the model will see; commits the journal.
+
+        ``neighbours``: ``(line, before, after)`` for a line of ``text`` whose stream goes on beyond what is shown
+        (a page's first and last line): the stream's line before it and after it, so a phrase split over the page's
+        edge is flagged as it would be on one page.
+        """
         redacted = sanitize(text, redact_credentials=True)
         request = sanitize_request_for(redacted, self.session_id)
         record = await self._gatekeeper.run_judgment(request, action_id=action_id, artifact_id=artifact_id)
@@ -182,13 +237,42 @@ class Views:
         else:
             # A failed judgment fails closed: the deterministic detector marks what it can.
             flagged = instruction_lines(text)
+        if neighbours:
+            flagged = tuple(sorted({*flagged, *_across_edges(text, neighbours)}))
         cleaned = judged_view(
             text, redacted, flagged_lines=flagged, redact_credentials=self._settings.focus.redact_credentials
         )
+        cleaned = _within_budget(cleaned, self._settings.artifacts.display_max_chars)
         # Every tool's result passes here last: what was journaled for it (this judgment included) is committed
         # before the result can be returned.
         await self._gatekeeper.journal.commit()
         return cleaned
+
+    def page_neighbours(self, page: ReadPage, *, first_line_of_page: int) -> list[tuple[int, str, str]]:
+        """``neighbours`` for :meth:`sanitize` of a rendered ``read_output`` page whose first stream line is line
+        ``first_line_of_page`` of the text: the stream's non-blank line before the page and its line after it."""
+        if not page.data or page.start_byte_in_line is not None:
+            return []
+        count = page.data.count(b"\n") + (0 if page.data.endswith(b"\n") else 1)
+        before = after = ""
+        line = page.start_line - 1
+        while line >= max(1, page.start_line - _NEIGHBOUR_LOOKBACK) and not before.strip():
+            before = self._line_text(page.artifact_id, page.stream, line)
+            line -= 1
+        if page.next_start_line is not None and page.next_start_byte_in_line is None:
+            after = self._line_text(page.artifact_id, page.stream, page.next_start_line)
+        out = []
+        if before.strip():
+            out.append((first_line_of_page, before, ""))
+        if after.strip():
+            out.append((first_line_of_page + count - 1, "", after))
+        return out
+
+    def _line_text(self, artifact_id: str, stream: str, line: int) -> str:
+        page = self._artifacts.read_output(
+            artifact_id, stream=stream, start_line=line, line_count=1, budget_chars=_EDGE_CONTEXT_BYTES
+        )
+        return page.text.split("\n", 1)[0]
 
     def _reader_from(self, artifact_id: str, stream: str) -> Callable[[int], str]:
         """The call that reads ``stream`` from a given line, in the reader's words."""
@@ -225,7 +309,8 @@ class Views:
         byte-range page of a long line: its part on this page no longer looks like one).
         """
         if page.data and self._settings.focus.redact_credentials:
-            text = page.data.decode("utf-8", "replace")
+            # surrogateescape both ways: bytes that are not UTF-8 stay themselves (shown as \xff), not U+FFFD.
+            text = page.data.decode("utf-8", "surrogateescape")
             before, after = self._cut_line_context(page)
             first = (before + text).split("\n", 1)[0]
             block_open = (
@@ -235,7 +320,7 @@ class Views:
             )
             redacted = redact_window(before, text, after, key_block_open=block_open)
             if redacted != text:
-                page = page.model_copy(update={"data": redacted.encode("utf-8")})
+                page = page.model_copy(update={"data": redacted.encode("utf-8", "surrogateescape")})
         return render_read_page(page, hints=self.hints)
 
     def _cut_line_context(self, page: ReadPage) -> tuple[str, str]:
@@ -250,9 +335,10 @@ class Views:
                 start_line=page.start_line,
                 start_byte_in_line=first,
                 line_count=1,
-                budget_chars=_EDGE_CONTEXT_BYTES,
+                # A byte may show as four characters (\xff): the budget covers every byte up to the page.
+                budget_chars=4 * _EDGE_CONTEXT_BYTES + 64,
             )
-            before = head.data[: page.start_byte_in_line - first].decode("utf-8", "replace")
+            before = head.data[: page.start_byte_in_line - first].decode("utf-8", "surrogateescape")
         if page.next_start_line is not None and page.next_start_byte_in_line:
             tail = self._artifacts.read_output(
                 page.artifact_id,
@@ -262,7 +348,7 @@ class Views:
                 line_count=1,
                 budget_chars=_EDGE_CONTEXT_BYTES,
             )
-            after = tail.data.decode("utf-8", "replace").split("\n", 1)[0]
+            after = tail.data.decode("utf-8", "surrogateescape").split("\n", 1)[0]
         return before, after
 
     async def byte_window(

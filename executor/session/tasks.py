@@ -228,6 +228,12 @@ class BackgroundTasks:
         await self._settle_tasks()
         record = self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
+        if chunk.offset + len(chunk.data) < chunk.end:
+            # More follows: end the page on a character's boundary, so no page shows half of one as stray bytes
+            # (the next page starts with the rest).
+            whole = _whole_characters(chunk.data)
+            if 0 < whole < len(chunk.data):
+                chunk = chunk.model_copy(update={"data": chunk.data[:whole]})
 
         async def read(start: int, count: int) -> bytes:
             # Bytes start..start+count, or the part of them the ring still holds (it may have dropped the first
@@ -376,3 +382,14 @@ def _check_range(offset: int, max_bytes: int) -> None:
         raise OutputRangeError(f"offset must be between 0 and {_MAX_OFFSET}; got {offset}")
     if not 0 <= max_bytes <= _MAX_OFFSET:
         raise OutputRangeError(f"max_bytes must be between 0 and {_MAX_OFFSET}; got {max_bytes}")
+
+
+def _whole_characters(data: bytes) -> int:
+    """How many bytes of ``data`` end on a UTF-8 character's boundary: its length less a last character that is
+    cut (at most three bytes of a started sequence); bytes that are not UTF-8 are left as they are."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # the last lead (or ASCII) byte
+            needed = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+            return len(data) - back if needed > back else len(data)
+    return len(data)

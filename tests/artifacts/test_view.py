@@ -82,7 +82,7 @@ async def test_rendered_pages_carry_ranges_and_markers(session: SessionArtifacts
     page = await session.search_output(artifact_id, pattern="[ab]", limit=1)
     resume = f'search_output(artifact_id="{artifact_id}", stream="output", pattern="[ab]", start_line=2)'
     assert "page bounded" in render_search_page(page) and f"resume with {resume}" in render_search_page(page)
-    cli_resume = f"executor output search {artifact_id} --stream output --pattern '[ab]' --start-line 2"
+    cli_resume = f"executor output search {artifact_id} --stream output --start-line 2 --pattern '[ab]'"
     assert f"resume with {cli_resume}" in render_search_page(page, hints=CLI_HINTS)
 
 
