@@ -56,6 +56,8 @@ __all__ = [
 
 _PUNCTUATION = "();<>|&`\n"
 _MAX_DEPTH = 4
+_MAX_NESTING = 64
+"""Most substitutions inside one another the tokenizer follows (deeper: not understood, never allowed)."""
 # Past this many simple commands the reading stops and reports the command as not understood: a hostile
 # string of 100k tiny commands must not make the gate slow, and "not understood" is never allowed.
 _MAX_SEGMENTS = 512
@@ -407,18 +409,19 @@ def _tokens(command: str) -> list[tuple[str, bool]]:
     # Here-documents opened on the current line: [delimiter (None until its word is read), strip tabs, the token
     # index its body goes to].
     heredocs: list[list[object]] = []
+    awaiting = 0  # the first of ``heredocs`` whose delimiter word is still to come
     index, length = 0, len(command)
 
     def end_word() -> None:
-        nonlocal word, in_word
+        nonlocal word, in_word, awaiting
         if in_word:
             text = "".join(word)
             tokens.append((text, False))
-            for pending in heredocs:
-                if pending[0] is None:
-                    pending[0] = text  # the word after '<<' is the delimiter (quotes removed)
-                    pending[2] = len(tokens)  # its body goes right after it: the stdin of that command
-                    break
+            if awaiting < len(heredocs):
+                pending = heredocs[awaiting]
+                pending[0] = text  # the word after '<<' is the delimiter (quotes removed)
+                pending[2] = len(tokens)  # its body goes right after it: the stdin of that command
+                awaiting += 1
             word, in_word = [], False
 
     while index < length:
@@ -433,7 +436,7 @@ def _tokens(command: str) -> list[tuple[str, bool]]:
             end_word()
             if char == "\n" and heredocs:
                 index = _heredoc_bodies(command, index + 1, heredocs, tokens)
-                heredocs = []
+                heredocs, awaiting = [], 0
                 tokens.append(("\n", True))
                 continue
             end = index
@@ -543,10 +546,16 @@ def _ansi_c(command: str, index: int) -> tuple[str, int]:
     raise ValueError("no closing quote of $'...'")
 
 
-def _substitution_end(command: str, index: int) -> int:
+def _substitution_end(command: str, index: int, nesting: int = 0) -> int:
     """The index after the ``$(...)`` or backtick substitution starting at ``index``, read with its own quoting
     (nested substitutions, quotes and escapes); the end of the string when it never closes (bash would refuse it:
-    the reading stays strict, as the whole rest is inside)."""
+    the reading stays strict, as the whole rest is inside).
+
+    Raises:
+        ValueError: substitutions nest deeper than :data:`_MAX_NESTING` (the command is then not understood).
+    """
+    if nesting > _MAX_NESTING:
+        raise ValueError("substitutions nest too deep to read")
     length = len(command)
     if command[index] == "`":
         position = index + 1
@@ -574,7 +583,7 @@ def _substitution_end(command: str, index: int) -> int:
                 if command[position] == "\\":
                     position += 1
                 elif command.startswith("$(", position) or command[position] == "`":
-                    position = _substitution_end(command, position) - 1
+                    position = _substitution_end(command, position, nesting + 1) - 1
                 position += 1
             position += 1
             continue
@@ -606,8 +615,18 @@ def _heredoc_bodies(command: str, index: int, heredocs: list[list[object]], toke
             lines.append(line)
         assert isinstance(position, int)
         bodies.append((position, "\n".join(lines) + ("\n" if lines else "")))
-    for position, body in reversed(bodies):
-        tokens[position:position] = [("<<<", True), (body, False)]
+    if bodies:
+        # One rebuild of the line's tokens (inserting each body in place would be quadratic in hostile input).
+        start = min(position for position, _ in bodies)
+        at = dict(bodies)
+        tail: list[tuple[str, bool]] = []
+        for offset, token in enumerate(tokens[start:], start=start):
+            if offset in at:
+                tail += [("<<<", True), (at.pop(offset), False)]
+            tail.append(token)
+        for body in at.values():  # after the line's last token
+            tail += [("<<<", True), (body, False)]
+        tokens[start:] = tail
     return index
 
 

@@ -34,6 +34,9 @@ _POLICY = {
     "rm flags": "rm " + "-r " * 80_000,
     "substitutions": "$(" * 60_000,
     "long echo": "echo " + "a" * 250_000,
+    "quoted substitutions": 'echo "' + '$(echo "' * 20_000 + "x" + '")' * 20_000 + '"',
+    "here-documents": "cat " + "<<E " * 30_000 + "\n" + "x\n" * 30_000,
+    "comments": "# '\n" * 50_000 + "rm -rf /",
 }
 
 

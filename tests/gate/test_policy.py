@@ -254,6 +254,10 @@ def test_default_policy_paths(default_policy: Policy, path: str, decision: str |
         "rm " + "-r " * 80_000,
         "$(" * 60_000,
         "echo " + "a" * 250_000,
+        'echo "' + '$(echo "' * 20_000 + "x" + '")' * 20_000 + '"',  # nested past Python's recursion limit
+        "cat " + "<<E " * 30_000 + "\n" + "x\n" * 30_000,
+        "echo $'" + "\\'" * 60_000 + "'",
+        "# '\n" * 50_000 + "rm -rf /",
     ],
 )
 def test_hostile_large_commands_evaluate_quickly(default_policy: Policy, command: str) -> None:
