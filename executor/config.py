@@ -451,7 +451,9 @@ class ArtifactSettings(_Section):
     capture_max_bytes: Bytes = Field(256_000, ge=1024, le=64 * 1024 * _MIB)
     """Per-stream bytes kept; past it the head and the tail are kept and the drop is recorded."""
     display_max_chars: int = Field(8_000, ge=256, le=1_000_000)
-    """Character budget of one presented view or recovery page."""
+    """Character budget of one presented view or recovery page (a task read too). A text that sanitizing makes
+    longer than this budget and 2048 characters for notices (control or invisible characters are shown escaped) is
+    cut in its middle, saying so."""
     view_head_lines: int = Field(10, ge=0, le=10_000)
     """Lines of each stream shown in the bounded view before the recovery notice."""
     read_page_lines: int = Field(200, ge=1, le=100_000)
