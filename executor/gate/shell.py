@@ -31,12 +31,15 @@ Beyond the commands, the reading reports what else decides the action's effect:
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import itertools
 import posixpath
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 __all__ = [
     "GIT_HOOK_NAMES",
@@ -65,10 +68,12 @@ _MAX_WORDS = 4096
 # Characters that make a command more than one plain simple command (or hide one): control operators,
 # redirections, substitutions, escapes, grouping, and every control character.
 _NOT_SIMPLE = re.compile(r"[;&|<>()$`\\{}\x00-\x08\x0a-\x1f\x7f]")
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
 _DEFAULT_ASSIGNMENT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
 """``${NAME:=VALUE}`` / ``${NAME=VALUE}``: an expansion that assigns."""
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+SHELLS = frozenset(
+    {"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox", "rbash", "mksh", "lksh", "posh", "yash", "ksh93", "pdksh"}
+)
 """The shells the gate knows by name (their `-c` strings, and the programs they read, are read as commands)."""
 PROGRAM_SHELLS = SHELLS | {"su", "source", "."}
 """What runs a program in shell: a program it reads (stdin, a pipe) is a command to judge as one."""
@@ -101,7 +106,45 @@ _WRAPPERS: dict[str, int] = {
     "flock": 1,
     "su": 0,
     "coproc": 1,
+    "taskset": 1,
+    "prlimit": 0,
+    "setpriv": 0,
+    "chrt": 1,
+    "numactl": 0,
+    "fakeroot": 0,
+    "eatmydata": 0,
+    "ltrace": 0,
+    "valgrind": 0,
+    "faketime": 1,
+    "systemd-run": 0,
+    "runuser": 0,
+    "catchsegv": 0,
+    "nocache": 0,
+    "cpulimit": 0,
 }
+# Wrappers' options that take the next word as their value (so that value is not taken for the wrapped command).
+_WRAPPER_VALUES: dict[str, tuple[str, frozenset[str]]] = {
+    "env": ("uCS", frozenset({"--unset", "--chdir", "--split-string"})),
+    "timeout": ("ks", frozenset({"--kill-after", "--signal"})),
+    "stdbuf": ("ioe", frozenset({"--input", "--output", "--error"})),
+    "nice": ("n", frozenset({"--adjustment"})),
+    "ionice": ("cnp", frozenset({"--class", "--classdata", "--pid"})),
+    "flock": ("wEc", frozenset({"--timeout", "--wait", "--conflict-exit-code", "--command"})),
+    "xargs": ("dnILPsaEe", frozenset({"--delimiter", "--max-args", "--max-lines", "--max-procs", "--max-chars",
+                                      "--arg-file", "--eof", "--replace"})),
+    "sudo": ("ugCDhprtUT", frozenset({"--user", "--group", "--close-from", "--chdir", "--host", "--prompt",
+                                       "--role", "--type", "--other-user", "--command-timeout"})),
+    "doas": ("uC", frozenset()),
+    "su": ("sgGw", frozenset({"--shell", "--group", "--supp-group", "--whitelist-environment"})),
+    "strace": ("eopsuPIbEX", frozenset()),
+    "ltrace": ("eopsuAnl", frozenset()),
+    "watch": ("nd", frozenset({"--interval"})),
+    "chroot": ("", frozenset({"--userspec", "--groups"})),
+    "taskset": ("", frozenset()),
+    "cpulimit": ("lpe", frozenset({"--limit", "--pid", "--exe"})),
+    "runuser": ("ugGs", frozenset({"--user", "--group", "--supp-group", "--shell"})),
+    "systemd-run": ("pEu", frozenset({"--property", "--setenv", "--unit", "--uid", "--gid", "--working-directory"})),
+}  # fmt: skip
 # Builtins whose arguments may be assignments (export NAME=VALUE, declare -x NAME=VALUE ...).
 _DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly"})
 # Tools that write the files they name: which operands are written.
@@ -130,9 +173,24 @@ _CODE_FLAGS = {
 }
 _LONG_CODE_FLAGS = frozenset({"--eval", "--print", "--command", "--expression", "--exec"})
 _MAX_DIRS = 16
-_SED_WRITE = re.compile(r"(?:^|[^A-Za-z])[gpIiMme0-9]*[wW][ \t]*([^\s;}]+)")
-"""A ``w FILE`` command or ``s/../../w FILE`` flag in a sed script (over-approximated: more targets only make a
-verdict stricter)."""
+_SED_W: Final = re.compile(r"[wW][ \t]*([^\s;}]+)")
+_SED_FLAGS: Final = frozenset("gpIiMme0123456789")
+
+
+def _sed_writes(script: str) -> list[str]:
+    """The files a sed script's ``w FILE`` commands and ``s/../../w FILE`` flags write (over-approximated: more
+    targets only make a verdict stricter). Linear: a regex looking back over flag runs backtracked on hostile
+    scripts."""
+    out: list[str] = []
+    for found in _SED_W.finditer(script):
+        before = found.start()
+        while before > 0 and script[before - 1] in _SED_FLAGS:
+            before -= 1
+        if before == 0 or not script[before - 1].isalpha():
+            out.append(found.group(1))
+    return out
+
+
 # Commands whose -o is not an output file (an option string, an operator, a flag without a value).
 _NOT_OUTPUT_OPTION = frozenset(
     {"mount", "ssh", "scp", "sftp", "find", "grep", "egrep", "fgrep", "rg", "ls", "ps", "lsof", "pgrep", "pkill",
@@ -150,7 +208,7 @@ GIT_HOOK_NAMES = frozenset(
 )  # fmt: skip
 """The file names git runs as hooks (``githooks(5)``): a file by one of these names in any ``hooks`` folder
 may be a hook, whichever folder git is told to use."""
-_MAX_UNWRAPPED = 24
+_MAX_UNWRAPPED = 96
 """Most forms one segment unwraps into."""
 _CARED_NAMES = (
     ".git", "hooks", "config", "config.worktree", ".ssh", "authorized_keys", "sudoers", *sorted(STARTUP_NAMES),
@@ -270,6 +328,8 @@ class _Reading:
     dir_unknown: bool = False
     generated: list[GeneratedCode] = field(default_factory=list)
     stdin_readers: list[str] = field(default_factory=list)
+    fed: list[str] = field(default_factory=list)
+    """Every here-string and here-document body (a pipe may carry them into a shell: ``cat <<EOF | bash``)."""
 
     def target(self, word: str, via: str) -> None:
         for variant in target_variants(word):
@@ -281,36 +341,58 @@ class _Reading:
 
 _MAX_VARIANTS = 32
 """Most paths one written word is read as (its brace expansions, and what its glob patterns may match)."""
-_BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
+_BRACES = re.compile(r"\{([^{}]*)\}")
+"""An innermost brace group (its content holds no brace; linear to find). A comma in it makes it an expansion."""
+_MAX_BRACE_PASSES = 64
+"""Most brace groups expanded in one word (hostile words of thousands are left as they are past it)."""
 _GLOB = re.compile(r"[*?\[]")
+_CARED_DEPTH = 4
+"""How many of a target's last components are matched against the names a gate cares about."""
 
 
 def expand_braces(word: str) -> list[str]:
     """The words bash's brace expansion makes of ``word`` (``{/*,x}`` -> ``/*``, ``x``; ``/{a..c}`` -> ``/a``, ``/b``,
     ``/c``), at most :data:`_MAX_VARIANTS`; ``[word]`` when it has none."""
+    if "{" not in word:
+        return [word]
     expanded = [word]
-    while any(_BRACES.search(item) or _SEQUENCE.search(item) for item in expanded) and len(expanded) < _MAX_VARIANTS:
+    for _ in range(_MAX_BRACE_PASSES):
         grown: list[str] = []
+        changed = False
         for item in expanded:
-            found = _BRACES.search(item)
-            if found is not None:
-                parts = found.group(1).split(",")
-            elif (found := _SEQUENCE.search(item)) is not None:
-                parts = _sequence(found.group(1), found.group(2))
-            else:
+            found = _next_brace(item)
+            if found is None:
                 grown.append(item)
                 continue
-            grown.extend(item[: found.start()] + part + item[found.end() :] for part in parts)
+            start, end, parts = found
+            grown.extend(item[:start] + part + item[end:] for part in parts)
+            changed = True
         expanded = list(dict.fromkeys(grown))[:_MAX_VARIANTS]
+        if not changed or len(expanded) >= _MAX_VARIANTS:
+            break
     return expanded
 
 
-_SEQUENCE = re.compile(r"\{(-?[0-9]+|[A-Za-z])\.\.(-?[0-9]+|[A-Za-z])(?:\.\.-?[0-9]+)?\}")
+def _next_brace(item: str) -> tuple[int, int, list[str]] | None:
+    """The first innermost brace group of ``item`` that expands (a comma list or a valid sequence): its span and
+    its words; None when there is none."""
+    for found in _BRACES.finditer(item):
+        content = found.group(1)
+        if "," in content:
+            return found.start(), found.end(), content.split(",")
+        sequence = _SEQUENCE.fullmatch(found.group(0))
+        if sequence is not None:
+            first, last = (sequence.group(1), sequence.group(2)) if sequence.group(1) else sequence.group(3, 4)
+            return found.start(), found.end(), _sequence(first, last)
+    return None
+
+
+_SEQUENCE = re.compile(r"\{(?:(-?[0-9]{1,6})\.\.(-?[0-9]{1,6})|([A-Za-z])\.\.([A-Za-z]))(?:\.\.-?[0-9]{1,6})?\}")
+"""A brace sequence bash expands: both ends numbers (at most six digits) or both single letters."""
 
 
 def _sequence(first: str, last: str) -> list[str]:
-    """A brace sequence's words (``{a..e}``, ``{1..3}``), at most :data:`_MAX_VARIANTS`; both ends when the ends
-    are of different kinds (bash leaves such a word as it is)."""
+    """A brace sequence's words (``{a..e}``, ``{1..3}``), at most :data:`_MAX_VARIANTS`."""
     if first.lstrip("-").isdigit() and last.lstrip("-").isdigit():
         low, high = int(first), int(last)
         step = 1 if high >= low else -1
@@ -329,12 +411,13 @@ def target_variants(word: str) -> list[str]:
     out = dict.fromkeys(expanded)
     for item in expanded:
         parts = item.split("/")
-        # A bare '*' stays as it is: it already stands for a name nobody can know (see WriteTarget).
+        # A bare '*' stays as it is: it already stands for a name nobody can know (see WriteTarget). The names a gate
+        # cares about are at most three deep ('.git/hooks/pre-commit'): only the last parts are matched.
         choices = [
             [part, *(name for name in _CARED_NAMES if fnmatch.fnmatchcase(name, part))]
-            if part != "*" and _GLOB.search(part)
+            if part != "*" and index >= len(parts) - _CARED_DEPTH and _GLOB.search(part)
             else [part]
-            for part in parts
+            for index, part in enumerate(parts)
         ]
         if all(len(choice) == 1 for choice in choices):
             continue
@@ -354,12 +437,18 @@ def parse_command(command: str) -> ParsedCommand:
     """Split ``command`` into every simple command it might run (see the module docstring)."""
     reading = _Reading(segments=[], redirects=[], targets=[], assignments=[], code=[], dirs=[""])
     ok = _collect(command, 0, reading)
+    if any(generated.runner in PROGRAM_SHELLS for generated in reading.generated):
+        # Text the string feeds a command may reach a shell down a pipe ('cat <<EOF | bash'): read as commands.
+        for text in list(reading.fed):
+            ok &= _collect(text, 1, reading)
     segments = reading.segments
     candidates: dict[tuple[str, ...], None] = {}
+    cut: list[bool] = []
     for segment in segments:
         for form in (segment, _brace_expanded(segment)):
-            for candidate in _unwrap(form):
+            for candidate in _unwrap(form, cut):
                 candidates[candidate] = None
+    ok = ok and not cut
     simple = ok and len(segments) == 1 and bool(command.strip()) and not _NOT_SIMPLE.search(command)
     return ParsedCommand(
         parsed=ok,
@@ -377,42 +466,69 @@ def parse_command(command: str) -> ParsedCommand:
     )
 
 
+def _command_start(words: Sequence[str]) -> int:
+    """The index of a simple command's program word: after reserved words (``if``, ``{``, ``!``, ``time`` and its
+    ``-p``/``--``, ``function NAME``) and assignments (``A=1``, ``a[0]=1``)."""
+    index, length = 0, len(words)
+    while index < length:
+        word = words[index]
+        if word == "time":
+            index += 1
+            while index < length and words[index] in ("-p", "--"):
+                index += 1
+        elif word == "function" and index + 1 < length:
+            index += 2  # 'function NAME { ...; }': the body's commands follow
+        elif word in _RESERVED or _ASSIGNMENT.match(word):
+            index += 1
+        else:
+            break
+    return index
+
+
 def _brace_expanded(segment: tuple[str, ...]) -> tuple[str, ...]:
     """``segment`` with each word brace-expanded in place (``rm -rf {/*,x}`` -> ``rm -rf /* x``), so rules see the
     words the command runs with; bounded by :data:`_MAX_WORDS`."""
     words: list[str] = []
     for word in segment:
-        words.extend(expand_braces(word) if "{" in word else (word,))
+        # An empty word an expansion makes is dropped ('{,rm,-rf,/}' runs rm); its first words are what a rule
+        # reads first, so a hostile segment is cut, not left unexpanded.
+        words.extend(item for item in (expand_braces(word) if "{" in word else (word,)) if item)
         if len(words) > _MAX_WORDS:
-            return segment
+            return tuple(words[:_MAX_WORDS])
     return tuple(words)
 
 
 def _tokens(command: str) -> list[tuple[str, bool]]:
-    """POSIX-style words and operator runs: ``[(text, is_operator)]``, read as bash reads them so that the reading
-    never goes out of step with the shell (a quote the shell does not see as one would hide what follows). Linear
-    time (``shlex`` is quadratic on long words). Quoted text never forms an operator.
+    """POSIX-style words and operators: ``[(text, is_operator)]``, read as bash reads them so that the reading never
+    goes out of step with the shell (a quote or a comment the shell does not see as one would hide what follows).
+    Linear time (``shlex`` is quadratic on long words). Quoted text never forms an operator.
 
-    * ``#`` starts a comment only at the start of a word, as in bash (``a#b`` is a word);
-    * ``$'...'`` is ANSI-C quoting: ``\\'`` does not end it, and its escapes are decoded (``$'\\x72m'`` is ``rm``);
-    * ``$(...)`` and backticks inside double quotes keep their own quoting (``"$(echo "a b"; rm x)"`` is one word
-      holding the whole substitution, which :func:`_substitutions` reads);
-    * a here-document's body (``<<EOF`` ... ``EOF``) is not shell text: it becomes a ``<<<`` here-string token
-      (the command's stdin) placed before the newline that ends the command, so a quote in the body is just text.
+    * operators are bash's (``;`` then ``<`` are two: ``a;</dev/null rm x`` runs ``rm``); blanks are space and tab;
+      a backslash-newline is removed (a line continuation);
+    * ``#`` starts a comment only at the start of a word;
+    * ``$'...'`` is ANSI-C quoting, decoded (``$'\\x72m'`` is ``rm``); ``$"..."`` is a double-quoted string;
+    * ``$(...)``, backticks, ``${...}``, ``$((...))`` and ``$[...]`` are parts of the word they are in, read with
+      their own quoting and nesting (``"$(echo "a b"; rm x)"`` is one word); :func:`_substitutions` reads the
+      commands in them. ``<<`` inside arithmetic is a shift, not a here-document;
+    * a here-document's body (``<<EOF`` ... ``EOF``) is not shell text: it becomes a ``<<<`` here-string token right
+      after its delimiter (the stdin of the command that opened it); with an unquoted delimiter its backslash escapes
+      are processed as bash does.
 
     Raises:
-        ValueError: an unterminated quote.
+        ValueError: an unterminated quote, substitution or here-document (the string is then not understood).
     """
     tokens: list[tuple[str, bool]] = []
     word: list[str] = []
     in_word = False
+    raw_start = 0
     # Here-documents opened on the current line: [delimiter (None until its word is read), strip tabs, the token
-    # index its body goes to].
+    # index its body goes to, whether the delimiter was quoted].
     heredocs: list[list[object]] = []
     awaiting = 0  # the first of ``heredocs`` whose delimiter word is still to come
+    arithmetic = 0  # inside '(( ... ))': '<<' there is a shift
     index, length = 0, len(command)
 
-    def end_word() -> None:
+    def end_word(raw_end: int) -> None:
         nonlocal word, in_word, awaiting
         if in_word:
             text = "".join(word)
@@ -421,43 +537,75 @@ def _tokens(command: str) -> list[tuple[str, bool]]:
                 pending = heredocs[awaiting]
                 pending[0] = text  # the word after '<<' is the delimiter (quotes removed)
                 pending[2] = len(tokens)  # its body goes right after it: the stdin of that command
+                pending[3] = any(ch in command[raw_start:raw_end] for ch in "'\"\\")
                 awaiting += 1
             word, in_word = [], False
 
     while index < length:
+        if not in_word:
+            raw_start = index
         char = command[index]
-        if char in " \t\r":
-            end_word()
+        if char in " \t":
+            end_word(index)
             index += 1
+        elif char == "\\" and index + 1 < length and command[index + 1] == "\n":
+            index += 2  # a line continuation: gone before the line is read
         elif char == "#" and not in_word:
             end = command.find("\n", index)
             index = length if end == -1 else end  # a comment runs to the end of the line
-        elif char in _PUNCTUATION:
-            end_word()
-            if char == "\n" and heredocs:
+        elif char == "\n":
+            end_word(index)
+            if heredocs:
                 index = _heredoc_bodies(command, index + 1, heredocs, tokens)
                 heredocs, awaiting = [], 0
-                tokens.append(("\n", True))
-                continue
-            end = index
-            while end < length and command[end] in _PUNCTUATION and command[end] != "\n":
-                end += 1
-            end = max(end, index + 1)
-            operator = command[index:end]
+            else:
+                index += 1
+            tokens.append(("\n", True))
+        elif char in _OPERATOR_CHARS:
+            end_word(index)
+            operator = next(op for op in _OPERATORS if command.startswith(op, index))
             tokens.append((operator, True))
-            index = end
-            if operator.endswith("<<") and not operator.endswith("<<<"):
+            index += len(operator)
+            if operator == "(" and index < length and command[index] == "(" and _command_position(tokens[:-1]):
+                arithmetic += 1
+                tokens[-1] = ("((", True)
+                index += 1
+            elif operator == ")" and arithmetic and index < length and command[index] == ")":
+                arithmetic -= 1
+                tokens[-1] = ("))", True)
+                index += 1
+            elif operator == "<<" and not arithmetic:
                 strip = index < length and command[index] == "-"
                 index += 1 if strip else 0
-                heredocs.append([None, strip, len(tokens)])
+                heredocs.append([None, strip, len(tokens), False])
         elif char == "\\":
             in_word = True
-            if index + 1 < length and command[index + 1] != "\n":
+            if index + 1 < length:
                 word.append(command[index + 1])
             index += 2
-        elif char == "$" and index + 1 < length and command[index + 1] == "'":
-            text, index = _ansi_c(command, index + 2)
-            word.append(text)
+        elif char == "$" and index + 1 < length:
+            follow = command[index + 1]
+            if follow == "$":
+                word.append("$$")  # the shell's pid: a '$' after it is its own
+                index += 2
+            elif follow == "'":
+                text, index = _ansi_c(command, index + 2)
+                word.append(text)
+            elif follow == '"':
+                index += 1  # a locale string: read as a double-quoted one
+                continue
+            elif follow in "({[":
+                end = _part_end(command, index)
+                word.append(command[index:end])
+                index = end
+            else:
+                word.append(char)
+                index += 1
+            in_word = True
+        elif char == "`":
+            end = _substitution_end(command, index)
+            word.append(command[index:end])
+            index = end
             in_word = True
         elif char == "'":
             end = command.find("'", index + 1)
@@ -468,35 +616,222 @@ def _tokens(command: str) -> list[tuple[str, bool]]:
             index = end + 1
         elif char == '"':
             in_word = True
-            index += 1
-            while True:
-                if index >= length:
-                    raise ValueError("no closing double quote")
-                char = command[index]
-                if char == '"':
-                    index += 1
-                    break
-                if char == "\\" and index + 1 < length and command[index + 1] in '"\\$`\n':
-                    if command[index + 1] != "\n":
-                        word.append(command[index + 1])
-                    index += 2
-                    continue
-                if command.startswith("$(", index) or char == "`":
-                    # A substitution keeps its own quoting inside double quotes: copied whole, read later.
-                    end = _substitution_end(command, index)
-                    word.append(command[index:end])
-                    index = end
-                    continue
-                word.append(char)
-                index += 1
+            index = _double_quoted(command, index + 1, word)
+        elif char == "[" and in_word and len(word) <= 64 and _IDENTIFIER.fullmatch("".join(word)):
+            end = _bracket_end(command, index)  # an array subscript: 'a[1<<2]=x' ('<' there is no redirection)
+            word.append(command[index:end])
+            index = end
         else:
             word.append(char)
             in_word = True
             index += 1
-    end_word()
+    end_word(length)
     if heredocs:
         _heredoc_bodies(command, length, heredocs, tokens)
     return tokens
+
+
+_OPERATOR_CHARS = frozenset("();<>|&")
+_OPERATORS = ("<<<", "&>>", ";;&", "<<", ">>", "<&", ">&", "<>", ">|", "&>", "&&", "||", "|&", ";;", ";&", "<(",
+              ">(", ";", "&", "|", "(", ")", "<", ">")  # fmt: skip
+"""bash's operators, longest first (the first that the text starts with is the one)."""
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FD_VARIABLE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+_COMMAND_START = frozenset({";", "&", "&&", "||", "|", "|&", "(", "\n", ";;", ";&", ";;&"})
+
+
+def _command_position(tokens: list[tuple[str, bool]]) -> bool:
+    """Whether the next token starts a command (after an operator that ends one, a reserved word, or nothing)."""
+    if not tokens:
+        return True
+    text, operator = tokens[-1]
+    return text in _COMMAND_START if operator else text in _RESERVED
+
+
+def _double_quoted(command: str, index: int, word: list[str], nesting: int = 0) -> int:
+    """Read a double-quoted string's text from ``index`` (after its opening quote) into ``word``; substitutions and
+    parameter expansions in it are copied whole with their own quoting. Returns the index after the closing quote.
+
+    Raises:
+        ValueError: no closing quote.
+    """
+    length = len(command)
+    while True:
+        if index >= length:
+            raise ValueError("no closing double quote")
+        char = command[index]
+        if char == '"':
+            return index + 1
+        if char == "\\" and index + 1 < length and command[index + 1] in '"\\$`\n':
+            if command[index + 1] != "\n":
+                word.append(command[index + 1])
+            index += 2
+            continue
+        if (char == "$" and index + 1 < length and command[index + 1] in "({[") or char == "`":
+            end = _part_end(command, index, nesting + 1)
+            word.append(command[index:end])
+            index = end
+            continue
+        word.append(char)
+        index += 1
+
+
+def _part_end(command: str, index: int, nesting: int = 0) -> int:
+    """The index after the word part starting at ``index``: ``$(...)``/backticks (:func:`_substitution_end`),
+    ``${...}``, ``$[...]``.
+
+    Raises:
+        ValueError: it never closes, or nests deeper than :data:`_MAX_NESTING`.
+    """
+    if command.startswith("${", index):
+        return _param_end(command, index, nesting)
+    if command.startswith("$[", index):
+        return _bracket_end(command, index + 1)
+    return _substitution_end(command, index, nesting)
+
+
+def _bracket_end(command: str, index: int) -> int:
+    """The index after the ``]`` matching the ``[`` at ``index`` (quotes and nested brackets respected).
+
+    Raises:
+        ValueError: it never closes.
+    """
+    depth, position, length = 0, index, len(command)
+    while position < length:
+        char = command[position]
+        if char == "\\":
+            position += 2
+            continue
+        if char in "'\"":
+            close = command.find(char, position + 1)
+            if close == -1:
+                raise ValueError("no closing quote")
+            position = close + 1
+            continue
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+            if depth == 0:
+                return position + 1
+        position += 1
+    raise ValueError("no closing bracket")
+
+
+def _param_end(command: str, index: int, nesting: int = 0) -> int:
+    """The index after the ``${...}`` starting at ``index``: quotes (bash reads them inside, also within double
+    quotes), escapes, nested expansions and substitutions respected.
+
+    Raises:
+        ValueError: it never closes, or nests too deep.
+    """
+    if nesting > _MAX_NESTING:
+        raise ValueError("expansions nest too deep to read")
+    depth, position, length = 0, index + 1, len(command)
+    while position < length:
+        char = command[position]
+        if char == "\\":
+            position += 2
+            continue
+        if char == "'":
+            close = command.find("'", position + 1)
+            if close == -1:
+                raise ValueError("no closing single quote")
+            position = close + 1
+            continue
+        if char == '"':
+            position = _double_quoted(command, position + 1, [], nesting + 1)
+            continue
+        if (char == "$" and command[position + 1 : position + 2] in ("(", "{", "[")) or char == "`":
+            if command.startswith("${", position):
+                position = _param_end(command, position, nesting + 1)
+            else:
+                position = _part_end(command, position, nesting + 1)
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return position + 1
+        position += 1
+    raise ValueError("no closing brace of ${...}")
+
+
+_WORD_BREAK = frozenset(" \t\n;&|()<>")
+
+
+def _substitution_end(command: str, index: int, nesting: int = 0) -> int:
+    """The index after the ``$(...)`` (``$((...))`` too) or backtick substitution starting at ``index``, read with
+    its own quoting: nested substitutions and expansions, quotes, ``$'...'``, escapes, comments, and the unmatched
+    ``)`` of a ``case`` pattern.
+
+    Raises:
+        ValueError: it never closes, or substitutions nest deeper than :data:`_MAX_NESTING` (the command is then not
+            understood).
+    """
+    if nesting > _MAX_NESTING:
+        raise ValueError("substitutions nest too deep to read")
+    length = len(command)
+    if command[index] == "`":
+        position = index + 1
+        while position < length:
+            if command[position] == "\\":
+                position += 2
+                continue
+            if command[position] == "`":
+                return position + 1
+            position += 1
+        raise ValueError("no closing backtick")
+    depth, position, cases, previous = 0, index + 1, 0, " "
+    while position < length:
+        char = command[position]
+        if char == "\\":
+            position += 2
+            previous = "x"
+            continue
+        if char == "'":
+            close = command.find("'", position + 1)
+            if close == -1:
+                raise ValueError("no closing single quote")
+            position, previous = close + 1, "x"
+            continue
+        if char == '"':
+            position, previous = _double_quoted(command, position + 1, [], nesting + 1), "x"
+            continue
+        if char == "$" and position + 1 < length:
+            follow = command[position + 1]
+            if follow == "'":
+                position = _ansi_c(command, position + 2)[1]
+                previous = "x"
+                continue
+            if follow in "{[" or (follow == "(" and depth > 0):
+                position, previous = _part_end(command, position, nesting + 1), "x"
+                continue
+        if char == "`":
+            position, previous = _substitution_end(command, position, nesting + 1), "x"
+            continue
+        if char == "#" and previous in _WORD_BREAK:
+            newline = command.find("\n", position)
+            position = length if newline == -1 else newline
+            continue
+        if previous in _WORD_BREAK and char in "ce":
+            keyword = re.match(r"(case|esac)(?=[\s;&|()<>]|$)", command[position : position + 5])
+            if keyword is not None:
+                cases += 1 if keyword.group(1) == "case" else -1 if cases else 0
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            if depth == 1 and cases > 0:
+                previous = char  # a case pattern's ')', not the end
+                position += 1
+                continue
+            depth -= 1
+            if depth == 0:
+                return position + 1
+        previous = char
+        position += 1
+    raise ValueError("no closing parenthesis of $(...)")
 
 
 _ANSI_C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f",
@@ -537,7 +872,7 @@ def _ansi_c(command: str, index: int) -> tuple[str, int]:
             assert digits is not None
             out.append(chr(int(digits.group(), 8) & 0xFF))
             index += 1 + len(digits.group())
-        elif code == "c" and index + 2 < length:
+        elif code == "c" and index + 2 < length and command[index + 2] != "'":
             out.append(chr(ord(command[index + 2]) & 0x1F))
             index += 3
         else:
@@ -546,75 +881,37 @@ def _ansi_c(command: str, index: int) -> tuple[str, int]:
     raise ValueError("no closing quote of $'...'")
 
 
-def _substitution_end(command: str, index: int, nesting: int = 0) -> int:
-    """The index after the ``$(...)`` or backtick substitution starting at ``index``, read with its own quoting
-    (nested substitutions, quotes and escapes); the end of the string when it never closes (bash would refuse it:
-    the reading stays strict, as the whole rest is inside).
-
-    Raises:
-        ValueError: substitutions nest deeper than :data:`_MAX_NESTING` (the command is then not understood).
-    """
-    if nesting > _MAX_NESTING:
-        raise ValueError("substitutions nest too deep to read")
-    length = len(command)
-    if command[index] == "`":
-        position = index + 1
-        while position < length:
-            if command[position] == "\\":
-                position += 2
-                continue
-            if command[position] == "`":
-                return position + 1
-            position += 1
-        return length
-    depth, position = 0, index + 1
-    while position < length:
-        char = command[position]
-        if char == "\\":
-            position += 2
-            continue
-        if char == "'":
-            close = command.find("'", position + 1)
-            position = length if close == -1 else close + 1
-            continue
-        if char == '"':
-            position += 1
-            while position < length and command[position] != '"':
-                if command[position] == "\\":
-                    position += 1
-                elif command.startswith("$(", position) or command[position] == "`":
-                    position = _substitution_end(command, position, nesting + 1) - 1
-                position += 1
-            position += 1
-            continue
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return position + 1
-        position += 1
-    return length
-
-
 def _heredoc_bodies(command: str, index: int, heredocs: list[list[object]], tokens: list[tuple[str, bool]]) -> int:
     """Read the bodies of the here-documents opened on the line that ended before ``index`` (in order), each up to
     its delimiter line, as ``<<<`` here-string tokens right after its delimiter (so the body is the stdin of the
-    command that opened it, wherever that command is on the line); returns the index after the last body."""
+    command that opened it, wherever that command is on the line); returns the index after the last body. A body
+    under an unquoted delimiter has its backslash escapes processed as bash does (a doubled backslash is one, a
+    backslash-newline is removed).
+
+    Raises:
+        ValueError: a here-document is never ended (bash would read to the end: the string is not understood).
+    """
     length = len(command)
     bodies: list[tuple[int, str]] = []
-    for delimiter, strip, position in heredocs:
+    for delimiter, strip, position, quoted in heredocs:
         lines: list[str] = []
+        ended = False
         while index < length:
             end = command.find("\n", index)
             end = length if end == -1 else end
             line = command[index:end]
             index = min(end + 1, length)
             if (line.lstrip("\t") if strip else line) == delimiter:
+                ended = True
                 break
             lines.append(line)
+        if not ended:
+            raise ValueError("a here-document is not ended by its delimiter line")
+        body = "\n".join(lines) + ("\n" if lines else "")
+        if not quoted:
+            body = _HEREDOC_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), body)
         assert isinstance(position, int)
-        bodies.append((position, "\n".join(lines) + ("\n" if lines else "")))
+        bodies.append((position, body))
     if bodies:
         # One rebuild of the line's tokens (inserting each body in place would be quadratic in hostile input).
         start = min(position for position, _ in bodies)
@@ -628,6 +925,10 @@ def _heredoc_bodies(command: str, index: int, heredocs: list[list[object]], toke
             tail += [("<<<", True), (body, False)]
         tokens[start:] = tail
     return index
+
+
+_HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
+"""What a backslash escapes in the body of a here-document whose delimiter is unquoted."""
 
 
 def _collect(command: str, depth: int, reading: _Reading) -> bool:
@@ -661,8 +962,8 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
                 expect_target = True
                 target_written = ">" in token
                 here_string = token.rstrip("(").endswith("<<<")
-                if current and current[-1].isdigit():
-                    current.pop()  # an fd number such as the 2 in 2>&1
+                if current and (current[-1].isdigit() or _FD_VARIABLE.fullmatch(current[-1])):
+                    current.pop()  # an fd number such as the 2 in 2>&1, or a variable one gets ('{fd}>file')
                 if token.endswith("("):  # process substitution <( ... )
                     expect_target = False
                     flushed = len(reading.segments)
@@ -711,7 +1012,7 @@ def _collect(command: str, depth: int, reading: _Reading) -> bool:
 
 
 _STDIN_NAMES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
-_FD_NAME = re.compile(r"/dev/fd/[0-9]+|/proc/(self|thread-self|[0-9]+)/fd/[0-9]+")
+_FD_NAME = re.compile(r"/dev/fd/\S+|/proc/(self|thread-self|[0-9]+|\$\S*)/fd/\S+")
 """A descriptor's file: what a redirection ('3<<< CMD') or a substitution feeds a program named so."""
 
 
@@ -863,10 +1164,11 @@ def _flush(
             ok &= _collect(inner, depth + 1, reading)
     if len(words) >= 2 and words[0] in ("for", "select"):
         _assign(words[1] + "=", reading)  # 'for PATH in /w/bin; do ls; done' sets PATH
-    while words and (words[0] in _RESERVED or _ASSIGNMENT.match(words[0])):
-        if words[0] not in _RESERVED:
-            _assign(words[0], reading)
-        words = words[1:]
+    first = _command_start(words)
+    for word in words[:first]:
+        if word not in _RESERVED and _ASSIGNMENT.match(word):
+            _assign(word, reading)
+    words = words[first:]
     for word in words:
         for found in _DEFAULT_ASSIGNMENT.finditer(word):  # '${BASH_ENV:=/x}' assigns when unset
             _assign(found.group(1) + "=", reading)
@@ -883,6 +1185,8 @@ def _flush(
         return False
     segment = tuple(words)
     readers = _program_readers([segment])
+    if fed and len(reading.fed) < _MAX_SEGMENTS:
+        reading.fed.extend(fed)
     if fed:
         # 'bash <<< CMD', 'python3 <<< CODE': the here-string is the program its reader runs.
         for runner in dict.fromkeys(readers):
@@ -906,10 +1210,16 @@ def _flush(
             ok &= _collect(text, depth + 1, reading)
         if name not in SHELLS and name != "su":
             continue
-        # 'bash -c CMD', 'bash -lc CMD', 'su -c CMD user': the string after the option holding 'c' runs.
+        # 'bash -c CMD', 'bash -lc CMD', 'bash -c -e -- CMD', 'su -c CMD user': the first word that is no option
+        # after the option holding 'c' runs.
         for index, word in enumerate(candidate[1:], start=1):
-            if word.startswith("-") and not word.startswith("--") and "c" in word and index + 1 < len(candidate):
-                ok &= _collect(candidate[index + 1], depth + 1, reading)
+            if word.startswith("-") and not word.startswith("--") and "c" in word:
+                rest = candidate[index + 1 :]
+                script = next((w for w in rest if w == "--" or not w.startswith(("-", "+"))), None)
+                if script == "--":
+                    script = rest[rest.index("--") + 1] if rest.index("--") + 1 < len(rest) else None
+                if script is not None:
+                    ok &= _collect(script, depth + 1, reading)
                 break
     return ok
 
@@ -923,6 +1233,9 @@ _COMMAND_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 """Tools that run a command string given as an option's value (``script -qc CMD``, ``env -S 'CMD'``)."""
 _FIND_RUNS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+_SED_EXEC = re.compile(r"(?:^|[;\n{}])[ \t]*(?:[0-9]+|\$)?(?:,[ \t]*(?:[0-9]+|\$))?[ \t]*!?[ \t]*e[ \t]+([^\n;}]+)")
+"""The ``e COMMAND`` command of a sed script (over-approximated: more command strings only make a verdict
+stricter)."""
 
 
 def _command_strings(argv: tuple[str, ...]) -> list[str]:
@@ -933,6 +1246,13 @@ def _command_strings(argv: tuple[str, ...]) -> list[str]:
     if name in _COMMAND_OPTIONS:
         letters, long_names = _COMMAND_OPTIONS[name]
         return _option_values(args, letters, long_names)
+    if name == "sed":  # 'sed 1e CMD': the e command runs CMD
+        scripts = _option_values(args, "e", ("--expression",)) or [arg for arg in args if not arg.startswith("-")][:1]
+        return [found.group(1) for script in scripts for found in _SED_EXEC.finditer(script)]
+    if name in ("tar", "bsdtar"):  # programs tar runs: checkpoint actions, filters, volume scripts
+        actions = [arg.split("=exec=", 1)[1] for arg in args if arg.startswith("--checkpoint-action=exec=")]
+        long_names = ("--to-command", "--use-compress-program", "--info-script", "--new-volume-script", "--rsh-command")
+        return actions + _option_values(args, "IF", long_names, combined=False)
     if name == "trap":  # 'trap CMD SIGNAL...': CMD runs when the signal comes (EXIT, DEBUG: always)
         handlers = [arg for arg in args if arg not in ("-p", "-l", "--")]
         return handlers[:1] if len(handlers) >= 2 else []
@@ -1017,8 +1337,8 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
                 reading.target(arg, "sed")
         scripts = [value for value in _option_values(args, "e", ("--expression",))] or operands[:1]
         for script in scripts:
-            for found in _SED_WRITE.finditer(script):  # the 'w FILE' command and the s///w flag write FILE
-                reading.target(found.group(1), "sed")
+            for written in _sed_writes(script):  # the 'w FILE' command and the s///w flag write FILE
+                reading.target(written, "sed")
     elif name in _LAST_OPERAND and operands:
         folder = None if name == "rsync" else next(iter(_option_values(args, "t", ("--target-directory",))), None)
         if folder is None:
@@ -1181,27 +1501,38 @@ def _inline_code(name: str, args: tuple[str, ...], reading: _Reading) -> None:
         reading.code.append((name, code))
 
 
-def _substitutions(word: str) -> list[str]:
+def _substitutions(word: str, nesting: int = 0) -> list[str]:
+    """The command strings the substitutions in ``word`` run: ``$(...)`` and backticks (with their own quoting and
+    nesting, as :func:`_substitution_end` reads them), also inside ``${...}``, ``$((...))`` and ``$[...]``."""
     found: list[str] = []
-    start = 0
-    while (index := word.find("$(", start)) != -1:
-        level, end = 0, index + 1
-        while end < len(word):
-            if word[end] == "(":
-                level += 1
-            elif word[end] == ")":
-                level -= 1
-                if level == 0:
-                    break
-            end += 1
-        found.append(word[index + 2 : end])
-        start = end + 1
-    parts = word.split("`")
-    found.extend(parts[1::2])
+    if nesting > _MAX_NESTING:
+        return found
+    index, length = 0, len(word)
+    while index < length:
+        char = word[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "`" or (char == "$" and word[index + 1 : index + 2] in ("(", "{", "[")):
+            try:
+                end = _part_end(word, index)
+            except ValueError:
+                end = length  # never closed (or too deep): what follows is read as its text
+            part = word[index:end]
+            if part.startswith("$((") or part.startswith(("${", "$[")):
+                found.extend(_substitutions(part[2:-1] if not part.startswith("$((") else part[3:-2], nesting + 1))
+            elif part.startswith("$("):
+                found.append(part[2:-1] if part.endswith(")") else part[2:])
+            else:
+                inner = part[1:-1] if part.endswith("`") and len(part) > 1 else part[1:]
+                found.append(re.sub(r"\\([\\`$])", r"\1", inner))  # inside backticks a backslash escapes these
+            index = max(end, index + 1)
+            continue
+        index += 1
     return found
 
 
-def _unwrap(segment: tuple[str, ...]) -> list[tuple[str, ...]]:
+def _unwrap(segment: tuple[str, ...], cut: list[bool] | None = None) -> list[tuple[str, ...]]:
     """The segment, its basename form, and every command a chain of wrappers may run.
 
     Which words of a wrapper are its options' values depends on the wrapper (``timeout --signal KILL 5 cmd``,
@@ -1209,20 +1540,57 @@ def _unwrap(segment: tuple[str, ...]) -> list[tuple[str, ...]]:
     that are not options: one of them is where it starts, and reading the others as commands too only makes a
     verdict stricter.
     """
-    out: list[tuple[str, ...]] = []
-    queue = [segment]
+    out: dict[tuple[str, ...], None] = {}
+    queue = collections.deque([segment])
+    queued = {len(segment)}  # every form is a suffix of the segment: one per length is ever read
     while queue and len(out) < _MAX_UNWRAPPED:
-        current = queue.pop(0)
+        current = queue.popleft()
+        current = current[_command_start(current) :]  # 'coproc N { rm x; }': the group's words go first
         if not current:
             continue
         base = (posixpath.basename(current[0]) or current[0], *current[1:])
-        for form in (current, base):
-            if form not in out:
-                out.append(form)
+        out.setdefault(current, None)
+        out.setdefault(base, None)
         name = base[0]
         if name not in _WRAPPERS:
             continue
         rest = base[1:]
         starts = [i for i, word in enumerate(rest) if not word.startswith("-") and not _ASSIGNMENT.match(word)]
-        queue.extend(rest[i:] for i in starts[: _WRAPPERS[name] + 2])
-    return out
+        chosen = set(starts[: _WRAPPERS[name] + 2])
+        wrapped = _wrapped_start(name, rest)
+        if wrapped is not None:
+            chosen.add(wrapped)
+        for start in sorted(chosen):
+            if len(rest) - start not in queued:
+                queued.add(len(rest) - start)
+                queue.append(rest[start:])
+    if queue and cut is not None:
+        cut.append(True)  # a chain of wrappers longer than can be followed: what runs at its end is unknown
+    return list(out)
+
+
+def _wrapped_start(name: str, args: tuple[str, ...]) -> int | None:
+    """Where the command a wrapper runs starts in its arguments, its options' values skipped (``env -u A -u B rm``,
+    ``timeout -k 1 -s KILL 5 rm``); None when it runs none."""
+    letters, long_names = _WRAPPER_VALUES.get(name, ("", frozenset()))
+    positional = _WRAPPERS.get(name, 0)
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word == "--":
+            index += 1
+            break
+        if word.startswith("--"):
+            index += 2 if word in long_names else 1
+        elif word.startswith("-") and len(word) > 1:
+            index += 2 if word[-1] in letters and len(word) == 2 else 1
+        elif _ASSIGNMENT.match(word) and name == "env":
+            index += 1
+        elif positional > 0:
+            positional -= 1
+            index += 1
+        else:
+            break
+    while positional > 0 and index < len(args):
+        positional, index = positional - 1, index + 1
+    return index if index < len(args) else None

@@ -7,6 +7,7 @@ module-level functions are pure: a run's header, its orphans note and its outcom
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -34,6 +35,7 @@ from executor.focus.sanitize import (
     redact_window,
     sanitize_request_for,
 )
+from executor.injection import UNTRUSTED_MARKER
 from executor.journal.events import FocusDecision, SectionManifest
 from executor.models import RunResult
 from executor.session.api import FocusMode, Outcome
@@ -60,24 +62,42 @@ _NOTICE_ALLOWANCE: Final = 2048
 
 
 def _within_budget(text: str, budget: int) -> str:
-    """``text`` (sanitized) cut in the middle, at line breaks, when it is longer than ``budget`` plus the notices'
-    allowance: pages and views are measured before sanitizing, and a byte the sanitizer writes as ``\\x01`` or an
-    invisible character written ``<U+E0041>`` takes four to nine characters, so output made of them would flood
-    the reader's context. The head and the tail (where headers and recovery hints are) stay."""
+    """``text`` (sanitized) cut in its middle when it is longer than ``budget`` plus the notices' allowance: pages
+    and views are measured before sanitizing, and a byte the sanitizer writes as ``\\x01`` or an invisible
+    character written ``<U+E0041>`` takes four to nine characters, so output made of them would flood the reader's
+    context. The head and the tail (where headers, notices and recovery hints are) stay; a cut falls at a line break
+    when one is near, never inside an escape, and a flagged line cut in two keeps its marker on both parts."""
     limit = budget + _NOTICE_ALLOWANCE
     if len(text) <= limit:
         return text
-    keep = budget // 2
-    head_end = text.rfind("\n", 0, keep)
-    head_end = keep if head_end < keep // 2 else head_end
-    tail_start = text.find("\n", len(text) - keep)
-    tail_start = len(text) - keep if tail_start == -1 or tail_start > len(text) - keep // 2 else tail_start + 1
+    keep_head = budget // 2
+    keep_tail = budget // 2 + _NOTICE_ALLOWANCE // 2
+    head_end = text.rfind("\n", keep_head // 2, keep_head)
+    if head_end == -1:
+        head_end = _escape_boundary(text, keep_head)
+    tail_start = text.find("\n", len(text) - keep_tail, len(text) - keep_tail // 2)
+    if tail_start == -1:
+        tail_start = _escape_boundary(text, len(text) - keep_tail)
+        line_start = text.rfind("\n", 0, tail_start) + 1
+        marker = UNTRUSTED_MARKER if text.startswith(UNTRUSTED_MARKER, line_start) else ""
+    else:
+        tail_start, marker = tail_start + 1, ""
     cut = tail_start - head_end
     notice = (
-        f"\n[... {cut} characters cut here: escaped control or invisible characters made this longer than "
-        f"artifacts.display_max_chars ({budget}); read a smaller part (fewer lines, or a byte range) to see them ...]\n"
+        f"\n[... {cut} characters cut here: this text is longer than artifacts.display_max_chars ({budget}) allows "
+        "(a control or invisible character is shown escaped, four to nine characters); read a smaller part to see "
+        "them ...]\n"
     )
-    return text[:head_end] + notice + text[tail_start:]
+    return text[:head_end] + notice + marker + text[tail_start:]
+
+
+_ESCAPE_START: Final = re.compile(r"\\x[0-9a-f]{0,2}$|<U\+[0-9A-F]{0,6}>?$|\\$|<U?\+?$")
+
+
+def _escape_boundary(text: str, position: int) -> int:
+    """``position`` moved back to before an escape (``\\x1b``, ``<U+200B>``) that it would cut."""
+    found = _ESCAPE_START.search(text, max(0, position - 10), position)
+    return found.start() if found is not None else position
 
 
 def _across_edges(text: str, neighbours: Sequence[tuple[int, str, str]]) -> set[int]:

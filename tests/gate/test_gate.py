@@ -462,3 +462,37 @@ async def test_a_program_named_by_a_pattern_or_renamed_is_not_allowed(default_po
 async def test_the_test_command_is_not_a_pattern(default_policy: Policy) -> None:
     outcome = await _gate(default_policy).evaluate(bash("[ -f setup.py ] && echo yes"), session_id="s1")
     assert outcome.decision == "allow", outcome.reasons
+
+
+_P = "rm -rf /"
+_BASH_READS_IT_SO = [
+    # Operators split as bash splits them; blanks, continuations, comments and quotes as bash reads them.
+    f"echo a;</dev/null {_P}", f"true&&>/dev/null {_P}", f"echo $(</dev/null {_P})",
+    f"echo $(echo)#; {_P}", f"echo ${{x:- #}}; {_P}", f"true \r#; {_P}", f"true \\\n#'\n{_P}\n#'",
+    f"\\\n {_P}", f"echo $'\\c'; {_P} #'", f"echo $$'\\'; {_P} #'", '$"rm" -rf /', "$\\\n'\\x72m' -rf /",
+    f"echo \"${{x#'\"'}}\"; {_P}; #'", f"echo `#x`; {_P}",
+    # '<<' in arithmetic is a shift; a here-document's body starts after the whole line, and is escaped as bash does.
+    f"echo $((1<<2))\n{_P}", f"((x=1<<2))\n{_P}", f"echo $[1<<2]\n{_P}", f": ${{x:-<<}}\n{_P}",
+    f"a[1<<2]=x\n{_P}", f"cat <<E; echo $(\n{_P}\n)\nE", f"cat <<E ${{x-\n}}; {_P}\nE",
+    f"bash <<E\necho \\\\'; {_P} #'\nE", f"cat <<EOF | bash\n{_P}\nEOF",
+    # Substitutions inside double quotes end where bash ends them.
+    f'echo "$(case a in a) {_P};; esac)"', f'echo "$(# )\n{_P})"', f'echo "$(echo \\); {_P})"',
+    f'echo "$(echo ${{x:-)}}; {_P})"', f"echo \"$(echo $'\\'')\"; {_P} # ')\"", 'echo "`echo \\`rm -rf /\\``"',
+    # Reserved words, fd variables, subscripted assignments, computed names, wrappers' option values.
+    f"time -p {_P}", f"time -- {_P}", f"function f {{ {_P}; }}; f", f"coproc N {{ {{ {_P}; }}; }}",
+    f"{{fd}}>/dev/null {_P}", f"a[0]=1 {_P}", f"$X {_P}", f"$@ {_P}", f"env -u A -u B {_P}",
+    f"timeout -k 1 -s KILL 5 {_P}", "command " * 24 + _P, "command " * 5_000 + _P, f"taskset 1 {_P}",
+    f"setpriv {_P}",
+    # Shells' command strings, and programs other tools run.
+    f"bash -c -- '{_P}'", f"bash -c -e '{_P}'", f"rbash -c '{_P}'", f"eval -- {_P}", "{,rm,-rf,/}",
+    "{rm,-rf,/}" + " {1..32}" * 130, f"sed -n '1e {_P}' <<<x", f"tar -cf /dev/null x --checkpoint-action=exec='{_P}'",
+    f"exec {{fd}}<<<'{_P}'; source /dev/fd/$fd", "BASH_CMDS[foo]=/bin/rm; foo -rf /",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", _BASH_READS_IT_SO)
+async def test_what_bash_runs_is_what_the_gate_reads(default_policy: Policy, command: str) -> None:
+    """Strings a differential fuzzer (bash in a container against this reading) found running `rm -rf /` while
+    the reading listed no rm: each is refused or asked about now, never allowed."""
+    outcome = await _gate(default_policy).evaluate(bash(command), session_id="s1")
+    assert outcome.decision != "allow", outcome.reasons

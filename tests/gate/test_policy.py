@@ -258,6 +258,13 @@ def test_default_policy_paths(default_policy: Policy, path: str, decision: str |
         "cat " + "<<E " * 30_000 + "\n" + "x\n" * 30_000,
         "echo $'" + "\\'" * 60_000 + "'",
         "# '\n" * 50_000 + "rm -rf /",
+        "sed " + "1" * 200_000,
+        "echo {" + "," * 200_000,
+        "echo " + "{a," * 20_000 + "}" * 20_000,
+        "echo " + "{1..1}" * 30_000,
+        "echo {a..1} {1.." + "9" * 5_000 + "}",  # a sequence bash leaves as it is looped forever; a huge one raised
+        "a=1 " * 50_000 + "rm",
+        "echo x > " + "/".join(f"[a{n}]" for n in range(30_000)),
     ],
 )
 def test_hostile_large_commands_evaluate_quickly(default_policy: Policy, command: str) -> None:
