@@ -487,6 +487,7 @@ _BASH_READS_IT_SO = [
     f"bash -c -- '{_P}'", f"bash -c -e '{_P}'", f"rbash -c '{_P}'", f"eval -- {_P}", "{,rm,-rf,/}",
     "{rm,-rf,/}" + " {1..32}" * 130, f"sed -n '1e {_P}' <<<x", f"tar -cf /dev/null x --checkpoint-action=exec='{_P}'",
     f"exec {{fd}}<<<'{_P}'; source /dev/fd/$fd", "BASH_CMDS[foo]=/bin/rm; foo -rf /",
+    f"a='$('; x=\"${{a}}{_P})\"; : \"${{x@P}}\"",
 ]  # fmt: skip
 
 

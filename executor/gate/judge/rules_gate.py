@@ -96,6 +96,8 @@ _DECODE_SUBST = re.compile(r"\$\([^)]{0,512}\b(base64|xxd|printf|rev|openssl)\b"
 _PIPE_TO_SHELL = re.compile(r"\|\s{0,8}(sudo\s{1,8})?(\S{0,64}/)?(ba|da|z|k|a)?sh(\s|$)")
 _ESCAPES = re.compile(r"\\x[0-9a-fA-F]{2}|\\[0-7]{3}|\\u[0-9a-fA-F]{4}|\$'[^']{0,512}\\")
 _IFS = re.compile(r"\$\{?IFS\}?")
+_PROMPT_EXPANSION = re.compile(r"\$\{[^{}]*@P\}")
+"""``${x@P}``: the value expanded as a prompt string, command substitutions in it included."""
 _DYNAMIC_CODE = re.compile(r"\b(exec|eval|compile|__import__|b64decode|fromhex|pack|decode)\s{0,4}\(")
 _CODE_DELETE = re.compile(r"\b(unlink|rmtree|remove|rmdir|os\.system|subprocess|shutil)\b")
 _FORK_BOMB = re.compile(r"(?<![\w:.-])([\w:.-]{1,64})\s{0,8}\(\)\s{0,8}\{[^}]{0,512}?\1\s{0,8}\|\s{0,8}\1\s{0,8}&")
@@ -558,6 +560,8 @@ def assess_command(
         findings.raise_to("obfuscation", 1, "uses hex, octal or unicode escapes")
     if _IFS.search(command):
         findings.raise_to("obfuscation", 2, "uses $IFS to hide word boundaries")
+    if _PROMPT_EXPANSION.search(command):
+        findings.raise_to("obfuscation", 2, "expands a variable as a prompt (${x@P} runs the substitutions it holds)")
     if _CONTROL.search(command):
         findings.raise_to("obfuscation", 2, "contains control or invisible characters")
     if "`" in command:
