@@ -936,6 +936,15 @@ static int spawn(struct run *r, struct run_req *req, char *err, size_t errlen)
         signal(SIGPIPE, SIG_DFL);
         if (setsid() < 0)
             child_fail(stp[1], "setsid");
+        /* At the memory limit the OOM killer takes a command before the agent (whose death would lose the session):
+         * a process may always raise its own score, and its children inherit it. Best effort (gVisor may lack it). */
+        int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (adj >= 0) {
+            if (write(adj, "500", 3) != 3) {
+                /* left at the agent's own score */
+            }
+            close(adj);
+        }
         int nullfd = -1;
         if (!want_stdin) {
             nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
