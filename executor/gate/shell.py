@@ -743,10 +743,7 @@ def _param_end(command: str, index: int, nesting: int = 0) -> int:
             position = _double_quoted(command, position + 1, [], nesting + 1)
             continue
         if (char == "$" and command[position + 1 : position + 2] in ("(", "{", "[")) or char == "`":
-            if command.startswith("${", position):
-                position = _param_end(command, position, nesting + 1)
-            else:
-                position = _part_end(command, position, nesting + 1)
+            position = _part_end(command, position, nesting + 1)  # it sends '${' back here
             continue
         if char == "{":
             depth += 1
