@@ -232,10 +232,15 @@ def test_the_threaded_session_makes_the_calls_its_hints_name(engine_settings: Se
                 assert page.text.splitlines()[1:2] == ["11"], page.text
                 found = await session.search_output(long.artifact_id, pattern="^42$")
                 assert "42" in found.text
-                task = await session.start_task("echo tick")
+                task = await session.start_task("echo tick; exec sleep 60")
                 task_id = str((task.data or {})["task_id"])
-                assert any(t.task_id == task_id for t in await session.list_tasks())
-                await session.stop_task(task_id)
+                assert any(t.task_id == task_id and t.running for t in await session.list_tasks())
+                deadline = time.monotonic() + 30
+                while (await session.read_task_bytes(task_id)).data != b"tick\n":
+                    assert time.monotonic() < deadline, "the task never printed tick"
+                    await asyncio.sleep(0.05)
+                stopped = await session.stop_task(task_id)
+                assert not stopped.running
                 assert (await session.read_task_bytes(task_id)).data == b"tick\n"
             finally:
                 await session.close()
