@@ -608,6 +608,21 @@ struct run {
 
 static struct run *g_runs;
 static int g_kept_leftovers; /* a run or task that keeps its leftovers left some: no run has the session alone */
+/* Runs or tasks overlapped since the session was last quiet (no run or task live): an untagged daemon one of them
+ * started could not be told apart while another was live, and is killed when the session goes quiet (quiet_sweep). */
+static int g_shared;
+static int g_shared_unsure;                /* one of them keeps its leftovers, or its start time is unknown */
+static unsigned long long g_shared_since;  /* the earliest start (clock ticks) among them */
+
+/* `o` overlaps another run or task: it joins the shared period. */
+static void share(const struct run *o)
+{
+    if (!g_shared || o->start_ticks < g_shared_since)
+        g_shared_since = o->start_ticks;
+    g_shared = 1;
+    if (!o->kill_orphans || o->start_ticks == 0)
+        g_shared_unsure = 1;
+}
 static int g_ntasks;
 
 /* The counter `key` ("name ") at the start of a line of the first readable cgroup file among v2 then v1 paths. */
@@ -1225,6 +1240,7 @@ static void send_result(struct conn *c, uint32_t id, struct run *r)
 }
 
 static void drain_now(struct run *r, int *fd, int which);
+static void quiet_sweep(struct run *r);
 
 static void finish_run(struct run *r)
 {
@@ -1242,6 +1258,7 @@ static void finish_run(struct run *r)
     kill_leftovers(r);
     if (!r->kill_orphans && r->left.n > 0)
         g_kept_leftovers = 1; /* they may start processes at any time from now on */
+    quiet_sweep(r);
     uint64_t oom_delta = read_oom_kills() - r->oom_before;
     r->pids_max_hits = read_pids_max_events() - r->pids_max_before;
     int sig = WIFSIGNALED(r->status) ? WTERMSIG(r->status) : 0;
@@ -1452,6 +1469,8 @@ static int sweep_collect(const struct pstat *ps, void *arg)
 /* Kill every descendant of the agent (as init: every process the session started, including `env -i`
  * daemons that reparented to us). Processes entered from outside the container (ppid 0, e.g. an exec bridge)
  * are not ours to kill. Returns the killed processes. Needs no new process: works at the pids limit. */
+static void kill_descendants(struct plist *killed, int session_user_only, unsigned long long since);
+
 static void sweep(struct plist *killed)
 {
     for (struct run *r = g_runs; r != NULL; r = r->next) {
@@ -1461,6 +1480,42 @@ static void sweep(struct plist *killed)
         }
         r->kill_sent = 1;
     }
+    kill_descendants(killed, 0, 0);
+    g_shared = g_shared_unsure = 0;
+}
+
+/* The session went quiet (`r` ends and no other run or task is live) after runs or tasks overlapped: a process of
+ * the session user that the agent's descendants still hold and that started since the first of them is a leftover of
+ * one of them that could not be told apart (an `env -i` daemon) while another was live. It is killed now, not at the
+ * session's end, and listed on `r`. Not when one of them keeps its leftovers (a background task, orphans = "keep":
+ * its untagged daemons are meant to live) or a run or task that keeps its leftovers left some before. */
+static void quiet_sweep(struct run *r)
+{
+    if (!g_shared)
+        return;
+    for (struct run *o = g_runs; o != NULL; o = o->next)
+        if (o != r && !o->finished)
+            return;
+    int unsure = g_shared_unsure || g_kept_leftovers;
+    unsigned long long since = g_shared_since;
+    g_shared = g_shared_unsure = 0;
+    if (unsure)
+        return;
+    struct plist killed = {0};
+    kill_descendants(&killed, 1, since);
+    for (int i = 0; i < killed.n; i++) {
+        if (!plist_has(&r->left, killed.v[i].pid))
+            plist_add_cmd(&r->left, killed.v[i].pid, killed.v[i].cmd);
+        if (!plist_has(&r->killed, killed.v[i].pid))
+            plist_add_cmd(&r->killed, killed.v[i].pid, killed.v[i].cmd);
+    }
+    plist_free(&killed);
+}
+
+/* Kill (SIGKILL) every descendant of the agent; with `session_user_only`, only the session user's processes started at
+ * or after `since` (clock ticks). Rescans until a pass finds nothing new (bounded). */
+static void kill_descendants(struct plist *killed, int session_user_only, unsigned long long since)
+{
     for (int round = 0; round < 50; round++) {
         struct sweep_arg a = {0};
         for_each_proc(sweep_collect, &a);
@@ -1492,7 +1547,8 @@ static void sweep(struct plist *killed)
         }
         int fresh = 0;
         for (size_t i = 0; i < a.n; i++) {
-            if (!mark[i] || pstat_gone(&a.v[i]))
+            if (!mark[i] || pstat_gone(&a.v[i]) ||
+                (session_user_only && (a.v[i].uid != opt.uid || a.v[i].start < since)))
                 continue;
             if (plist_has(killed, a.v[i].pid)) {
                 if (kill(a.v[i].pid, SIGKILL) != 0 && errno != ESRCH)
@@ -1589,6 +1645,8 @@ static void handle_run(struct conn *c, const struct frame_view *f, int detached)
         if (o->finished)
             continue;
         r->alone = 0;
+        share(o);
+        share(r);
         if ((o->killing || o->exited) && !o->detached && r->start_ticks != 0) {
             /* It starts nothing of its own any more (its shell is being killed or is gone): it still owns what was
              * started between its shell and this run, so a Ctrl-C followed at once by the next command does not

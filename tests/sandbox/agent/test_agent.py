@@ -296,22 +296,30 @@ async def test_setsid_double_fork_found_by_tag(client: AgentClient, live_agent: 
     assert await wait_dead(killed[0].pid)
 
 
-async def test_env_i_daemon_caught_at_once_alone_or_by_the_sweep(client: AgentClient, live_agent: LiveAgent) -> None:
+async def test_env_i_daemon_caught_at_once_alone_or_when_the_session_goes_quiet(
+    client: AgentClient, live_agent: LiveAgent
+) -> None:
     """An `env -i` setsid daemon carries no tag. Started by a run that has the session to itself it is that run's
     leftover by its start time, killed when the run ends; started while another run is live it cannot be told apart
-    from that run's, and the session sweep kills it."""
+    from that run's, and is killed when the last of them ends (listed there), not left to the session's sweep."""
     command = "setsid -f env -i sleep {n} >/dev/null 2>&1 </dev/null; sleep 0.2"
     _, alone = await run(client, live_agent, command.format(n=34))
     assert [p.cmd for p in alone.orphans_killed] == ["sleep 34"], alone
+    ended: list[RunResult] = []
+
+    async def other() -> None:
+        ended.append((await run(client, live_agent, "sleep 1"))[1])
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(run, client, live_agent, "sleep 3")
+        nursery.start_soon(other)
         await trio.testing.wait_all_tasks_blocked()  # the other run's frame went first: it is live
         _, shared = await run(client, live_agent, command.format(n=35))
-        nursery.cancel_scope.cancel()
+        assert not ended, "the other run ended first: the test needs it to end last"
     assert not any(p.cmd == "sleep 35" for p in shared.orphans_killed)
-    swept = [p for p in await client.sweep() if p.cmd == "sleep 35"]
-    assert len(swept) == 1
-    assert await wait_dead(swept[0].pid)
+    killed = [p for p in ended[0].orphans_killed if p.cmd == "sleep 35"]
+    assert len(killed) == 1, ended[0]
+    assert await wait_dead(killed[0].pid)
+    assert not any(p.cmd == "sleep 35" for p in await client.sweep())
 
 
 _NON_DUMPABLE = "import ctypes, os, sys, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n{body}"

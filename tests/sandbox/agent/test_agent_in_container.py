@@ -12,7 +12,7 @@ import trio
 
 from executor.config import Settings, load_settings
 from executor.gate.approvals import ApprovalRequest
-from executor.session import Executor, Session, open_executor
+from executor.session import Executor, Session, ToolResult, open_executor
 from executor.testing.runtimes import require_runtime
 
 pytestmark = pytest.mark.docker
@@ -216,6 +216,52 @@ async def test_an_untagged_daemon_of_a_running_task_outlives_other_commands(sess
     await session.stop_task(str((task.data or {})["task_id"]))
     swept = await session._client.sweep()
     assert any("sleep 307" in proc.cmd for proc in swept)
+
+
+async def test_untagged_daemons_of_overlapping_commands_are_killed_when_the_session_goes_quiet(
+    session: Session,
+) -> None:
+    """Two commands overlap, so neither has the session to itself and an `env -i` daemon of either cannot be told
+    apart while the other runs: it is killed, and listed, when the last of them ends (not left to the session's end)."""
+    async with trio.open_nursery() as nursery:
+        results: dict[str, ToolResult] = {}
+
+        async def run(name: str, command: str) -> None:
+            results[name] = await session.bash(command)
+
+        nursery.start_soon(
+            run, "long", "touch /tmp/long-started; while [ ! -e /tmp/daemon-started ]; do sleep 0.02; done; sleep 0.3"
+        )
+        nursery.start_soon(
+            run,
+            "daemon",
+            "while [ ! -e /tmp/long-started ]; do sleep 0.02; done;"
+            " env -i setsid sleep 309 </dev/null >/dev/null 2>&1 &"
+            f" until {_alive('309')} | grep -q alive=1; do sleep 0.02; done; touch /tmp/daemon-started",
+        )
+    daemon, long = results["daemon"].run, results["long"].run
+    assert daemon is not None and long is not None
+    assert not any("sleep 309" in p.cmd for p in daemon.orphans_killed), daemon  # the other command was live
+    assert any("sleep 309" in p.cmd for p in long.orphans_killed), long  # the last to end made the session quiet
+    assert "alive=0" in (await session.bash(_alive("309"))).text
+
+
+async def test_a_background_tasks_untagged_daemon_outlives_the_quiet_after_it(session: Session) -> None:
+    """A background task keeps its leftovers (a server it daemonized lives on): its untagged daemon is not taken when
+    the session goes quiet after it overlapped a command, nor by a later command of its own."""
+    task = await session.start_task("env -i setsid sleep 310 </dev/null >/dev/null 2>&1 & sleep 0.5")
+    task_id = str((task.data or {})["task_id"])
+    assert (await session.bash("sleep 0.1")).outcome == "completed"  # overlaps the task
+    with trio.fail_after(30):
+        while True:
+            if not (await session.read_task(task_id)).data["running"]:  # type: ignore[index]
+                break
+            await trio.sleep(0.05)
+    later = await session.bash("sleep 0.05")
+    assert later.run is not None and not any("sleep 310" in p.cmd for p in later.run.orphans_killed)
+    assert "alive=1" in (await session.bash(_alive("310"))).text
+    swept = await session._client.sweep()
+    assert any("sleep 310" in proc.cmd for proc in swept)
 
 
 async def test_many_short_children_leave_no_zombies(session: Session) -> None:
