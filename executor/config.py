@@ -481,6 +481,10 @@ class ArtifactSettings(_Section):
     costs in memory); a longer one is reported unscannable and the scan goes on past it."""
     pattern_max_chars: int = Field(1_000, ge=1, le=100_000)
     """Longest search pattern accepted."""
+    pattern_max_expansion: int = Field(20_000, ge=100, le=10_000_000)
+    """Most items a search pattern may unroll to when compiled (nested counted repeats multiply their minimum
+    counts: ``(?:a{1000}){100}`` is 100000); compiling is not bounded by ``search_timeout_s``, so a short pattern
+    could hold the event loop for seconds and take gigabytes. Ranges from 0 (``{0,n}``) unroll nothing."""
 
 
 class JudgeSettings(_Section):

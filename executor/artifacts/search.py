@@ -28,11 +28,12 @@ _UNSCANNABLE_COST = 64
 _PREVIEW_CHARS = 400
 
 
-def compile_pattern(pattern: str, *, max_chars: int) -> Any:
+def compile_pattern(pattern: str, *, max_chars: int, max_expansion: int) -> Any:
     """Compile ``pattern`` with the ``regex`` module.
 
     Raises:
-        PatternError: it is longer than ``max_chars`` or does not compile (the message says why).
+        PatternError: it is longer than ``max_chars``, expands past ``max_expansion`` items (see :func:`expansion`),
+            or does not compile (the message says why).
     """
     if not isinstance(pattern, str) or not pattern:
         raise PatternError("the search pattern must be a non-empty string")
@@ -41,10 +42,120 @@ def compile_pattern(pattern: str, *, max_chars: int) -> Any:
             f"the search pattern has {len(pattern)} characters; at most {max_chars} are accepted "
             "(artifacts.pattern_max_chars)"
         )
+    size = expansion(pattern, ceiling=max_expansion)
+    if size > max_expansion:
+        raise PatternError(
+            f"the search pattern expands to more than {max_expansion} items when compiled (the minimum counts of "
+            "nested repeats multiply: (?:a{1000}){100} is 100000; artifacts.pattern_max_expansion); use smaller "
+            "counts, or a range from 0 such as {0,1000}, which is not unrolled"
+        )
     try:
         return regex.compile(pattern)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise PatternError(f"the search pattern does not compile: {exc}; fix it and search again") from exc
+
+
+_COUNTED = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
+_NAMED_ESCAPE = frozenset("pPNxuUgk")
+
+
+def expansion(pattern: str, *, ceiling: int) -> int:
+    """How many items compiling ``pattern`` unrolls, counted from above (stops counting past ``ceiling``).
+
+    The ``regex`` module compiles a counted repeat by repeating its item as many times as its minimum count
+    (``{n}``, ``{n,}``, ``{n,m}``), so nested counts multiply: ``(?:a{1000}){3000}`` took seconds and gigabytes to
+    compile, on the calling thread, with no bound. Every other item (a character, a class, an escape, a group call)
+    counts 1 and ``*``, ``+``, ``?`` and ``{0,m}`` add nothing. An over-estimate (a brace in a verbose comment) only
+    refuses a pattern; nothing that unrolls is missed.
+    """
+    totals = [0]  # one running total per open group
+    last = 0  # the size of the item a quantifier would repeat
+    quantified = False  # the previous token was a quantifier: a '?' or '+' now makes it lazy or possessive
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if quantified and c in "?+":
+            quantified = False
+            i += 1
+            continue
+        quantified = False
+        if c == "\\":
+            i += 2
+            if i - 1 < n and pattern[i - 1] in _NAMED_ESCAPE and i < n and pattern[i] in "{<":
+                close = pattern.find("}" if pattern[i] == "{" else ">", i)
+                i = n if close < 0 else close + 1
+            last = 1
+        elif c == "[":
+            i = _class_end(pattern, i)
+            last = 1
+        elif c == "(":
+            if pattern.startswith("(?#", i):
+                close = pattern.find(")", i)
+                i = n if close < 0 else close + 1
+                continue
+            totals.append(0)
+            last = 0
+            quantified = True  # a '?' right after '(' opens a construct: it repeats nothing
+            i += 1
+            continue
+        elif c == ")":
+            last = totals.pop() if len(totals) > 1 else 0
+            i += 1
+        elif c == "{" and (counted := _COUNTED.match(pattern, i)) is not None:
+            times = int(counted.group(1) or 0)
+            totals[-1] += last * (times - 1) if times else -last
+            last *= times
+            i = counted.end()
+            quantified = True
+            if totals[-1] > ceiling:
+                return totals[-1]
+            continue
+        elif c in "*+?":
+            if c != "+":
+                totals[-1] -= last  # zero times is allowed: nothing is unrolled (last was added, never negative)
+            last = 0
+            i += 1
+            quantified = True
+            continue
+        elif c == "|":
+            last = 0
+            i += 1
+            continue
+        else:
+            last = 1
+            i += 1
+        totals[-1] += last
+        if totals[-1] > ceiling:
+            return totals[-1]
+    while len(totals) > 1:  # an unclosed group (the compile refuses it): count it all the same
+        inner = totals.pop()
+        totals[-1] += inner
+    return totals[0]
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index after the character class opening at ``start`` (nested sets included)."""
+    depth = 0
+    i = start
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            depth += 1
+            i += 1
+            if pattern.startswith("^", i):
+                i += 1
+            if pattern.startswith("]", i):  # a ']' first in a class is a character
+                i += 1
+            continue
+        if c == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i
 
 
 def _preview(text: str, first: tuple[int, int], size: int) -> tuple[str, int]:

@@ -1083,7 +1083,8 @@ class SessionArtifacts:
 
         Raises:
             ArtifactNotFound, ArtifactEvicted, StreamNotFound: see :meth:`record`.
-            PatternError: the pattern does not compile or is longer than ``artifacts.pattern_max_chars``.
+            PatternError: the pattern does not compile, is longer than ``artifacts.pattern_max_chars`` or unrolls past
+                ``artifacts.pattern_max_expansion``.
             PatternTimeout: the pattern ran past ``artifacts.search_timeout_s``.
             OutputRangeError: ``limit`` or ``start_line`` out of range.
         """
@@ -1092,7 +1093,9 @@ class SessionArtifacts:
             raise OutputRangeError(f"limit must be between 1 and {_MAX_SEARCH_LIMIT}; got {limit}")
         if start_line < 1:
             raise OutputRangeError(f"start_line must be at least 1; got {start_line}")
-        compiled = _search.compile_pattern(pattern, max_chars=settings.pattern_max_chars)
+        compiled = _search.compile_pattern(
+            pattern, max_chars=settings.pattern_max_chars, max_expansion=settings.pattern_max_expansion
+        )
         with self._opened(artifact_id, stream) as (checked, name, layout, source):
             job = functools.partial(
                 _search.run_search,

@@ -150,3 +150,34 @@ async def test_a_growing_stream_is_searched_up_to_its_last_whole_line(session: S
     capture.finish(status="ok")
     rest = await session.search_output(capture.artifact_id, pattern="hit", limit=5, start_line=2)
     assert [m.line for m in rest.matches] == [2] and rest.complete
+
+
+@pytest.mark.parametrize(
+    ("pattern", "at_least"),
+    [
+        ("(?:a{1000}){3000}", 3_000_000),
+        ("(?:a{1000,}){1000,}", 1_000_000),
+        ("(?:a{100}){100,}?", 10_000),  # lazy: still unrolled
+        ("(?:a{100}){100}+", 10_000),  # possessive: still unrolled
+        ("a{5000}(?:(?:b{1000}){1000})", 1_005_000),  # a repeat before a group does not make it smaller
+        ("a{5000}(?i:(?:b{1000}){1000})", 1_005_000),
+        ("(?<n>a{10}){10}", 100),
+        ("[{]{50}(?:x{40}){40}", 1_650),
+        (r"\p{L}{300}", 300),
+        ("(a|bc){10}", 30),
+    ],
+)
+def test_expansion_counts_what_compiling_unrolls(pattern: str, at_least: int) -> None:
+    """Nested counted repeats multiply their minimum counts; nothing that unrolls is missed (lazy and possessive
+    repeats, a group after a repeat, named groups and escapes with braces)."""
+    from executor.artifacts.search import expansion
+
+    assert expansion(pattern, ceiling=10**12) >= at_least
+
+
+@pytest.mark.parametrize("pattern", ["a{0,100000}", "(?:a{1000}){0,1000}", "(?:x{1000})*", "(?:x{1000})?", "x{,9}"])
+def test_ranges_from_zero_unroll_nothing(pattern: str) -> None:
+    """A repeat that may match zero times unrolls nothing (the regex module loops over it)."""
+    from executor.artifacts.search import expansion
+
+    assert expansion(pattern, ceiling=10**12) <= 10
