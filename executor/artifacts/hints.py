@@ -91,6 +91,16 @@ class Hints:
             return self._call("read_task", args)
         return self._call("task_read", [("task_id", task_id), ("stream", stream), ("offset", offset)])
 
+    def task_stop(self, *, session_id: str | None = None) -> str:
+        """How to stop a background task (a template: the reader picks which)."""
+        if self.surface == "cli":
+            return shlex.join(["executor", "bg", "stop", "TASK_ID"] + (["--session", session_id] if session_id else []))
+        if self.surface == "mcp":
+            return "task_stop(task_id=...)"
+        if self.surface == "client" and session_id is not None:
+            return f"stop_task(session={_py(session_id)}, task_id=...)"
+        return "stop_task(task_id=...)"
+
 
 PYTHON_HINTS = Hints("python")
 """Calls on a :class:`~executor.session.Session` (keyword names as the MCP tools')."""

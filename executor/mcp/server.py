@@ -97,6 +97,7 @@ from executor.mcp.results import (
     tool_result,
 )
 from executor.session import ExecutorAPI, SessionAPI, ToolResult, open_executor
+from executor.session.presentation import results_read_by
 
 __all__ = [
     "APPROVAL_SCHEMA",
@@ -311,7 +312,9 @@ class McpSurface:
                 if existing is None:
                     return missing.result()
                 session = existing
-            return await body(session, owner)
+            # The executor may serve other surfaces too (executor serve): hints in this result name MCP's tools.
+            with results_read_by("mcp"):
+                return await body(session, owner)
         except ExecutorError as exc:
             if missing is not None and isinstance(exc, missing.error):
                 return missing.result()

@@ -104,7 +104,8 @@ class BackgroundTasks:
         running = [t for t in await self._client.list_tasks() if t.running]
         if len(running) >= self._max_running:
             raise CommandRejected(
-                f"{len(running)} background tasks already run (bash.max_background_tasks); stop one with task_stop"
+                f"{len(running)} background tasks already run (bash.max_background_tasks); stop one with "
+                f"{self._views.hints.task_stop(session_id=self._views.session_id)}"
             )
 
     async def start(self, spec: RunSpec, *, command: str, owner: str | None, action_id: str) -> ToolResult:

@@ -552,6 +552,40 @@ def test_mcp_endpoint_is_served_beside_the_api(shared_service: ServiceProcess) -
         assert "serverInfo" in answer.text
 
 
+async def test_hints_over_the_services_mcp_endpoint_are_mcp_calls_that_succeed(shared_service: ServiceProcess) -> None:
+    """The service's executor also serves the HTTP API, whose results speak the Python API's words: a result over
+    /mcp still names MCP's tools (task_start said read_task(...), which is no MCP tool), and each hint succeeds."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp_types import TextContent
+
+    from executor.testing.hints import tool_calls
+
+    assert shared_service.url is not None
+    auth = {"Authorization": f"Bearer {TOKEN_A}"}
+    async with (
+        create_mcp_http_client(headers=auth) as http,
+        Client(streamable_http_client(f"{shared_service.url}/mcp", http_client=http)) as client,
+    ):
+
+        async def call(tool: str, arguments: dict[str, Any]) -> str:
+            result = await client.call_tool(tool, arguments)
+            text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+            assert not result.is_error, f"{tool}({arguments}) -> {text}"
+            return text
+
+        started = await call("task_start", {"command": "seq 1 300; sleep 30"})
+        assert "task_read(" in started and "read_task(" not in started, started
+        texts = [started, await call("bash", {"command": "seq 1 500"})]
+        followed: set[str] = set()
+        for text in texts:
+            for tool, arguments in tool_calls(text):
+                followed.add(tool)
+                await call(tool, arguments)
+        assert {"task_read", "read_output"} <= followed, followed
+
+
 def test_a_slow_client_never_blocks_the_command(shared_service: ServiceProcess) -> None:
     """A client that reads nothing while 64 MiB stream out does not hold the command or the session: the command
     ends, another command runs, and the late reader still gets every byte (the service spooled them)."""

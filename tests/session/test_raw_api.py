@@ -216,6 +216,22 @@ def test_a_cancelled_threaded_call_stops_its_command_and_closing_ends_calls_in_f
         assert types.count("execution_started") == types.count("execution_finished"), (journal, types)
 
 
+async def test_max_background_tasks_refuses_one_more_and_names_the_call_that_stops_one(
+    engine_settings: Settings,
+) -> None:
+    """bash.max_background_tasks bounds the tasks running at once: one more is refused (nothing starts) with the
+    call that stops one in the caller's words; a stopped task frees its place."""
+    settings = _observe(engine_settings, bash={"max_background_tasks": 1})
+    async with open_executor(settings) as ex, ex.open_session() as session:
+        first = await session.start_task("sleep 60")
+        with pytest.raises(CommandRejected, match=r"bash\.max_background_tasks.*stop_task\(task_id=\.\.\.\)"):
+            await session.start_task("touch /tmp/second-ran")
+        assert len(await session.list_tasks()) == 1
+        await session.stop_task(str((first.data or {})["task_id"]))
+        second = await session.start_task("test -e /tmp/second-ran || echo never-ran")
+        assert second.outcome == "completed", second.text
+
+
 def test_the_threaded_session_makes_the_calls_its_hints_name(engine_settings: Settings) -> None:
     """A bash result's recovery hint names read_output and search_output: an asyncio caller holding a
     ThreadedSession can make them as written, and run background tasks too."""
