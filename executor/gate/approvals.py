@@ -234,6 +234,9 @@ class TerminalApprovalHandler:
 
     answerer = "terminal"
     """Who answers, as the journal records it."""
+    runs_on_trio = True
+    """It awaits trio (a worker thread): a :class:`~executor.session.threaded.ThreadedExecutor` calls it on its trio
+    loop, not on the asyncio loop of the program that opened it."""
 
     def __init__(self, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
         """Args:

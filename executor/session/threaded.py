@@ -18,10 +18,17 @@ call is cancelled: a command's process group is killed and its outcome journaled
 session (or the executor) first cancels its calls still running and waits for them, so every one of them ends
 journaled; a call on a closed session raises :class:`~executor.errors.SessionClosed`. Calls do not share a thread
 pool's bound: each waits in a thread of its own.
+
+An approval handler (the executor's, or one given to a call) is the caller's code: opened from asyncio, it runs on
+the caller's asyncio loop (an ``async def`` that awaits ``asyncio`` works); cancelling the call cancels it there. A
+handler that says it runs on trio (``runs_on_trio = True``, as
+:class:`~executor.gate.approvals.TerminalApprovalHandler`) runs on the executor's trio loop, as does every handler
+of an executor opened from another loop than asyncio's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -32,7 +39,7 @@ import trio
 
 from executor.config import Settings
 from executor.errors import SessionClosed
-from executor.gate.approvals import ApprovalHandler
+from executor.gate.approvals import ApprovalHandler, ApprovalRequest
 from executor.gate.judge import Judge
 from executor.session.api import (
     USE_DEFAULT,
@@ -51,6 +58,28 @@ __all__ = ["ThreadedExecutor", "ThreadedSession"]
 
 _T = TypeVar("_T")
 _JOIN_BUDGET_S: Final = 60.0
+
+
+class _OnCallersLoop:
+    """An approval handler run on the asyncio loop of the program that opened the executor, from the trio thread."""
+
+    def __init__(self, handler: ApprovalHandler, loop: asyncio.AbstractEventLoop) -> None:
+        self._handler = handler
+        self._loop = loop
+        answerer = getattr(handler, "answerer", None)
+        if answerer is not None:
+            self.answerer = answerer  # who answers, as the journal records it
+
+    async def __call__(self, request: ApprovalRequest) -> Any:
+        async def answer() -> Any:
+            return await self._handler(request)
+
+        future = asyncio.run_coroutine_threadsafe(answer(), self._loop)
+        try:
+            # Abandoned on cancellation: the future is cancelled below, which ends the waiting thread too.
+            return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+        finally:
+            future.cancel()  # nothing once it is done
 
 
 def _sole(exc: BaseException) -> BaseException:
@@ -83,6 +112,11 @@ class ThreadedSession:
         """The executor's settings (its bounds: ``bash.max_timeout_ms``, ``write.read_max_bytes``, ...)."""
         return self._owner._settings
 
+    def _handled(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if "approval_handler" in kwargs:
+            kwargs = {**kwargs, "approval_handler": self._owner.handler_for_trio(kwargs["approval_handler"])}
+        return kwargs
+
     async def _call(self, fn: Callable[[], Awaitable[_T]]) -> _T:
         if self._closing:
             raise SessionClosed(f"session {self.id} is closed; open a new one (or attach to it again)")
@@ -110,13 +144,13 @@ class ThreadedSession:
                 timeout_ms=timeout_ms,
                 user=user,
                 max_output_bytes=max_output_bytes,
-                approval_handler=approval_handler,
+                approval_handler=self._owner.handler_for_trio(approval_handler),
             )
         )
 
     async def bash(self, command: str, **kwargs: Any) -> ToolResult:
         """See :meth:`executor.session.Session.bash` (same keyword arguments)."""
-        return await self._call(lambda: self.session.bash(command, **kwargs))
+        return await self._call(lambda: self.session.bash(command, **self._handled(kwargs)))
 
     async def write_file(
         self,
@@ -129,7 +163,10 @@ class ThreadedSession:
         """See :meth:`executor.session.Session.write_file`."""
         return await self._call(
             lambda: self.session.write_file(
-                path, content, create_parents=create_parents, approval_handler=approval_handler
+                path,
+                content,
+                create_parents=create_parents,
+                approval_handler=self._owner.handler_for_trio(approval_handler),
             )
         )
 
@@ -138,7 +175,9 @@ class ThreadedSession:
     ) -> FileContent:
         """See :meth:`executor.session.Session.read_file`."""
         return await self._call(
-            lambda: self.session.read_file(path, max_bytes=max_bytes, approval_handler=approval_handler)
+            lambda: self.session.read_file(
+                path, max_bytes=max_bytes, approval_handler=self._owner.handler_for_trio(approval_handler)
+            )
         )
 
     async def read_artifact(
@@ -159,7 +198,7 @@ class ThreadedSession:
 
     async def start_task(self, command: str, **kwargs: Any) -> ToolResult:
         """See :meth:`executor.session.Session.start_task` (same keyword arguments)."""
-        return await self._call(lambda: self.session.start_task(command, **kwargs))
+        return await self._call(lambda: self.session.start_task(command, **self._handled(kwargs)))
 
     async def read_task(self, task_id: str, **kwargs: Any) -> ToolResult:
         """See :meth:`executor.session.Session.read_task` (same keyword arguments)."""
@@ -231,7 +270,8 @@ class ThreadedExecutor:
         judge: Judge | None = None,
     ) -> None:
         self._settings = settings
-        self._handler = approval_handler
+        self._given_handler = approval_handler
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._judge = judge
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -257,13 +297,18 @@ class ThreadedExecutor:
         """
         if self._thread is not None:
             raise RuntimeError("the executor is already open")
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # another anyio backend: handlers run on the trio thread
+        handler = self.handler_for_trio(self._given_handler)
         ready = threading.Event()
 
         async def host() -> None:
             self._stop = trio.Event()
             try:
                 async with (
-                    open_executor(self._settings, approval_handler=self._handler, judge=self._judge) as executor,
+                    open_executor(self._settings, approval_handler=handler, judge=self._judge) as executor,
                     trio.open_nursery() as nursery,
                 ):
                     self._executor, self._nursery = executor, nursery
@@ -284,6 +329,13 @@ class ThreadedExecutor:
             self._thread = None
             failure, self._failure = self._failure, None
             raise failure or RuntimeError("the executor's trio thread stopped during open")
+
+    def handler_for_trio(self, handler: Any) -> Any:
+        """``handler`` (an approval handler, None or ``USE_DEFAULT``) as the trio thread calls it: on the caller's
+        asyncio loop, unless it runs on trio (see the module docstring)."""
+        if handler is None or handler is USE_DEFAULT or self._loop is None or getattr(handler, "runs_on_trio", False):
+            return handler
+        return _OnCallersLoop(handler, self._loop)
 
     async def _run(self, fn: Callable[[], Awaitable[_T]], *, calls: _Calls | None = None) -> _T:
         """Run ``fn`` on the trio thread; cancelling the awaiting task cancels it there (see the module docstring)."""

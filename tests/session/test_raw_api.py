@@ -16,6 +16,7 @@ import pytest
 
 from executor.config import Settings, load_settings
 from executor.errors import ArtifactNotFound, CommandRejected, SessionClosed, UnsafeTarget, WriteFailed
+from executor.gate.approvals import ApprovalRequest
 from executor.models import StdinFile
 from executor.session import open_executor
 from executor.session.threaded import ThreadedExecutor
@@ -230,6 +231,55 @@ async def test_max_background_tasks_refuses_one_more_and_names_the_call_that_sto
         await session.stop_task(str((first.data or {})["task_id"]))
         second = await session.start_task("test -e /tmp/second-ran || echo never-ran")
         assert second.outcome == "completed", second.text
+
+
+def test_an_asyncio_programs_approval_handler_runs_on_its_own_loop(engine_settings: Settings) -> None:
+    """ThreadedExecutor's approval handler (and one given to a call) is asyncio code: it runs on the caller's loop,
+    so awaiting asyncio works (it was called on the trio thread: 'no running event loop', and every ask denied);
+    cancelling the call cancels a handler still waiting; its answerer is journaled."""
+    asked: list[str] = []
+    cancelled: list[bool] = []
+
+    async def approve(request: ApprovalRequest) -> bool:
+        await asyncio.sleep(0.01)
+        asked.append(request.summary)
+        return True
+
+    approve.answerer = "asyncio-reviewer"  # type: ignore[attr-defined]
+
+    async def never(request: ApprovalRequest) -> bool:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return True
+
+    async def main() -> None:
+        executor = ThreadedExecutor(engine_settings, approval_handler=approve)
+        await executor.open()
+        try:
+            session = await executor.open_session()
+            try:
+                approved = await session.bash("printf '\\x41\\n'")
+                assert approved.outcome == "completed" and "A" in approved.text, approved.text
+                assert asked, "the handler was never asked"
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(session.bash("printf '\\x42\\n'", approval_handler=never), 2)
+                deadline = time.monotonic() + 30
+                while not cancelled:
+                    assert time.monotonic() < deadline, "the waiting handler was never cancelled"
+                    await asyncio.sleep(0.02)
+                journal = engine_settings.home / "sessions" / session.id / "journal.ndjson"
+            finally:
+                await session.close()
+        finally:
+            await executor.close()
+        resolved = [json.loads(line) for line in journal.read_text().splitlines()]
+        answers = [event for event in resolved if event["type"] == "approval_resolved"]
+        assert any(event.get("answered_by") == "asyncio-reviewer" for event in answers), answers
+
+    asyncio.run(main())
 
 
 def test_the_threaded_session_makes_the_calls_its_hints_name(engine_settings: Settings) -> None:
