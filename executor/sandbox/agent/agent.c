@@ -1642,8 +1642,15 @@ static void handle_run(struct conn *c, const struct frame_view *f, int detached)
     r->start_ticks = read_pstat(r->pid, &shell) == 0 ? shell.start : 0;
     r->alone = r->start_ticks != 0 && !g_kept_leftovers;
     for (struct run *o = g_runs; o != NULL; o = o->next) {
-        if (o->finished)
+        if (o->finished) {
+            /* An ended task kept for its output had the session alone: nothing started from now on is its own, so
+             * a STOP of it later (which kills its leftovers) never takes this run's processes, nor a later task's. */
+            if (r->start_ticks == 0)
+                o->alone = 0;
+            else if (o->alone_until == 0 || r->start_ticks < o->alone_until)
+                o->alone_until = r->start_ticks;
             continue;
+        }
         r->alone = 0;
         share(o);
         share(r);

@@ -264,6 +264,36 @@ async def test_a_background_tasks_untagged_daemon_outlives_the_quiet_after_it(se
     assert any("sleep 310" in proc.cmd for proc in swept)
 
 
+async def test_stopping_an_ended_task_takes_only_what_it_left(session: Session) -> None:
+    """A task that had the session alone owns what was started since its shell, but only until the next command
+    starts: stopping it once it ended took every process started after it (another task, a running command)."""
+    first = await session.start_task("echo a")
+    first_id = str((first.data or {})["task_id"])
+    with trio.fail_after(30):
+        while True:
+            if not (await session.read_task(first_id)).data["running"]:  # type: ignore[index]
+                break
+            await trio.sleep(0.05)
+    second = await session.start_task("sleep 60; echo b-finished")
+    second_id = str((second.data or {})["task_id"])
+    outcome: dict[str, ToolResult] = {}
+
+    async def foreground() -> None:
+        outcome["fg"] = await session.bash("touch /tmp/fg-started; sleep 1; echo fg-finished")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(foreground)
+        with trio.fail_after(30):
+            while "yes" not in (await session.bash("test -e /tmp/fg-started && echo yes")).text:
+                await trio.sleep(0.05)
+        stopped = await session.stop_task(first_id)
+    assert stopped.result is not None and not stopped.result.orphans_killed, stopped.result
+    assert outcome["fg"].outcome == "completed" and "fg-finished" in outcome["fg"].text, outcome["fg"].text
+    running = {task.task_id for task in await session.list_tasks() if task.running}
+    assert second_id in running
+    await session.stop_task(second_id)
+
+
 async def test_many_short_children_leave_no_zombies(session: Session) -> None:
     """200 short-lived background children leave no zombie behind (the agent is init)."""
     await session.bash("for i in $(seq 200); do (sleep 0.01 &); done; sleep 0.5")
