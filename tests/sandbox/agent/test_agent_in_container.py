@@ -284,7 +284,9 @@ async def test_stopping_an_ended_task_takes_only_what_it_left(session: Session) 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(foreground)
         with trio.fail_after(30):
-            while "yes" not in (await session.bash("test -e /tmp/fg-started && echo yes")).text:
+            while True:
+                if "yes" in (await session.bash("test -e /tmp/fg-started && echo yes")).text:
+                    break
                 await trio.sleep(0.05)
         stopped = await session.stop_task(first_id)
     assert stopped.result is not None and not stopped.result.orphans_killed, stopped.result
