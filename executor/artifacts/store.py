@@ -67,7 +67,7 @@ from executor.errors import (
     StreamNotFound,
 )
 from executor.ids import artifact_id as make_artifact_id
-from executor.ids import parse_artifact_id, validate_session_id
+from executor.ids import is_task_id, parse_artifact_id, validate_session_id
 
 __all__ = ["ArtifactStore", "SessionArtifacts"]
 
@@ -680,7 +680,9 @@ class SessionArtifacts:
         return {row[0]: _task_record(row) for row in rows}
 
     def task(self, task_id: str) -> TaskRecord | None:
-        """One task record of this session, or None."""
+        """One task record of this session, or None (also for a malformed id)."""
+        if not is_task_id(task_id):
+            return None
         row = self._store._conn.execute(
             "SELECT task_id, command, owner, artifact_id, action_id, finished FROM tasks "
             "WHERE session = ? AND task_id = ?",
@@ -692,6 +694,8 @@ class SessionArtifacts:
     def detached_task(self, artifact_id: str) -> str | None:
         """The task id when ``artifact_id`` is a task's artifact whose mirror was cut short (``detached``: the
         process that started the task ended first), else None (also for an unknown or malformed id)."""
+        if parse_artifact_id(artifact_id) is None:
+            return None
         row = self._store._conn.execute(
             "SELECT kind, status, meta FROM artifacts WHERE session = ? AND id = ?", (self.session_id, artifact_id)
         ).fetchone()

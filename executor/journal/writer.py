@@ -56,7 +56,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
+
+from pydantic_core import PydanticSerializationError
 
 from executor.config import JournalSettings
 from executor.errors import JournalCorrupt, JournalError
@@ -334,7 +336,13 @@ class JournalWriter:
                 # already of their type, so a copy stands (no dump/validate round trip). What a reader would refuse
                 # is still checked on the exact line below.
                 stamped = event.model_copy(update={"seq": seq + 1, "session_id": self._session_id})
-                line = stamped.model_dump_json().encode("utf-8")
+                try:
+                    line = stamped.model_dump_json().encode("utf-8")
+                except PydanticSerializationError:
+                    # Text holding lone surrogates (a file name's undecodable bytes, as Python reads them) has no
+                    # JSON form: those characters are written as escapes, so the record is kept, not lost.
+                    stamped = type(stamped).model_validate(_escaped(stamped.model_dump()))
+                    line = stamped.model_dump_json().encode("utf-8")
                 refused = self._refusal(stamped, line)
                 if refused is not None:
                     break  # the lines before it are still written; then it is reported
@@ -646,6 +654,25 @@ def _process_alive(pid: int) -> bool:
     except OSError:
         return True  # another user's: alive
     return True
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` with every lone surrogate in its text written as an escape: ``\\xff`` for an undecodable byte
+    (``surrogateescape``), ``\\udXXX`` for any other."""
+    if isinstance(value, str):
+        if not any("\ud800" <= c <= "\udfff" for c in value):
+            return value
+        return "".join(
+            (f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else f"\\u{ord(c):04x}")
+            if "\ud800" <= c <= "\udfff"
+            else c
+            for c in value
+        )
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_escaped(v) for v in value)
+    return value
 
 
 def _type_of(event: EventBase) -> str:

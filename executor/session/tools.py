@@ -26,6 +26,7 @@ from executor.errors import (
     AgentError,
     ApprovalRequired,
     CommandRejected,
+    ContentRejected,
     ExecutorError,
     SandboxLost,
     SessionClosed,
@@ -58,7 +59,7 @@ from executor.session.output import OutputTools
 from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
 from executor.tools.archive import list_members
-from executor.tools.bash import build_run_spec, cwd_rejection
+from executor.tools.bash import build_run_spec, check_utf8, cwd_rejection
 from executor.tools.write import AGENT_PATH, WriteTool
 
 __all__ = ["Session"]
@@ -271,9 +272,12 @@ class Session:
             approval_handler: who answers an ask for this call (default: the executor's handler; None: nobody).
 
         Raises:
-            CommandRejected: refused before anything ran (size, timeout above the cap, stdin size).
+            CommandRejected: refused before anything ran (size, timeout above the cap, stdin size, text that is not
+                UTF-8).
         """
         self._check_open()
+        if intent is not None:
+            check_utf8(intent, "the intent")
         spec = build_run_spec(
             command,
             settings=self._settings.bash,
@@ -361,7 +365,13 @@ class Session:
             ContentRejected: the content is larger than ``write.max_bytes``.
         """
         self._check_open()
-        data = content.encode("utf-8") if isinstance(content, str) else content
+        try:
+            data = content.encode("utf-8") if isinstance(content, str) else content
+        except UnicodeEncodeError as exc:
+            raise ContentRejected(
+                f"the content is not valid UTF-8 (an undecodable byte at character {exc.start}); pass bytes to "
+                "write binary data"
+            ) from None
         try:
             prepared = await self._writer.prepare(path, data, create_parents=create_parents)
         except WriteError as exc:

@@ -16,7 +16,7 @@ from executor.config import BashSettings, Profile
 from executor.errors import CommandRejected, SpawnFailed
 from executor.models import RunSpec, StdinFile
 
-__all__ = ["build_run_spec", "cwd_rejection", "resolve_cwd"]
+__all__ = ["build_run_spec", "check_utf8", "cwd_rejection", "resolve_cwd"]
 
 _ARG_STRLEN: Final = 128 * 1024
 """The kernel's bound on one argument or environment string, its NUL included (``MAX_ARG_STRLEN``)."""
@@ -24,7 +24,7 @@ _PATH_MAX: Final = 4096
 """The kernel's bound on a path, its NUL included (``PATH_MAX``)."""
 
 
-def _check_utf8(text: str, what: str) -> None:
+def check_utf8(text: str, what: str) -> None:
     """Refuse text that cannot be sent as UTF-8 (undecodable bytes arrive as lone surrogates)."""
     try:
         text.encode("utf-8")
@@ -45,7 +45,7 @@ def resolve_cwd(cwd: str | None, profile: Profile) -> str:
         return profile.workspace
     if "\0" in cwd or "\n" in cwd:
         raise CommandRejected("cwd contains a NUL or newline; pass a plain directory path")
-    _check_utf8(cwd, "cwd")
+    check_utf8(cwd, "cwd")
     if len(cwd.encode("utf-8", "surrogateescape")) >= _PATH_MAX:
         raise CommandRejected(f"cwd is longer than a path can be ({_PATH_MAX - 1} bytes); pass a shorter path")
     if cwd.startswith("/"):
@@ -108,7 +108,7 @@ def build_run_spec(
         )
     if "\0" in command:
         raise CommandRejected("the command contains a NUL byte, which bash cannot receive; remove it")
-    _check_utf8(command, "the command")
+    check_utf8(command, "the command")
     stdin_size = stdin.size if isinstance(stdin, StdinFile) else None if stdin is None else len(stdin)
     if stdin_size is not None and stdin_size > settings.max_stdin_bytes:
         raise CommandRejected(
@@ -120,10 +120,10 @@ def build_run_spec(
     for name, value in (env or {}).items():
         if not name or "=" in name or "\0" in name:
             raise CommandRejected(f"environment name {name!r} is malformed; names are non-empty and have no '=' or NUL")
-        _check_utf8(name, "an environment name")
+        check_utf8(name, "an environment name")
         if "\0" in value:
             raise CommandRejected(f"the environment value of {name!r} contains a NUL byte, which no process receives")
-        _check_utf8(value, f"the environment value of {name!r}")
+        check_utf8(value, f"the environment value of {name!r}")
         entry = len(name.encode("utf-8", "surrogateescape")) + len(value.encode("utf-8", "surrogateescape")) + 2
         if entry > _ARG_STRLEN:
             raise CommandRejected(

@@ -150,6 +150,25 @@ def test_a_trailing_slash_dot_copies_a_folders_contents(either_home: Path, tmp_p
         assert listing(tmp_path / "back") == listing(src)
 
 
+def test_a_file_name_that_is_not_utf8_goes_in_and_comes_back(either_home: Path, tmp_path: Path) -> None:
+    """A host folder holding a file whose name is not UTF-8 is copied as tar carries it (bytes), both ways, on both
+    paths: the archive's member list is journaled with the byte escaped (it failed as an internal error, 125)."""
+    home = either_home
+    src = tmp_path / "src"
+    src.mkdir()
+    name_bytes = b"f\xff.txt"
+    (src / os.fsdecode(name_bytes)).write_bytes(b"x\n")
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        put = cli(home, "cp", f"{src}/.", f"{name}:in")
+        assert put.code == 0, put.stdout + put.stderr
+        listed = cli(home, "exec", "--session", name, "--", "ls -b in")
+        assert listed.stdout.strip() == "f\\377.txt", listed.stdout
+        back = cli(home, "cp", f"{name}:in/.", str(tmp_path / "back"))
+        assert back.code == 0, back.stdout + back.stderr
+        assert [os.fsencode(p.name) for p in (tmp_path / "back").iterdir()] == [name_bytes]
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_a_download_cut_at_the_services_bound_is_exit_2(base_image: str, tmp_path: Path) -> None:

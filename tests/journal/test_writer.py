@@ -14,6 +14,7 @@ from executor.config import JournalSettings
 from executor.errors import JournalError
 from executor.journal.chain import JournalKey, head_path
 from executor.journal.events import (
+    ActionPrepared,
     DecisionEvent,
     ExecutionFinished,
     ExecutionStarted,
@@ -406,3 +407,18 @@ def _ended_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
+
+
+def test_text_with_undecodable_bytes_is_kept_as_escapes(tmp_path: Path) -> None:
+    """A file name's undecodable bytes reach events as lone surrogates, which JSON cannot hold: the line is written
+    with them escaped (\\xff for a byte, \\udXXX otherwise) and read back verified, not refused after the action ran."""
+    path = _journal(tmp_path)
+    key = JournalKey(b"k" * 32)
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings(), key=key) as journal:
+        written = journal.emit(prepared("a1", "cat f\udcff.txt \ud800"))
+        journal.emit(SessionClosed())
+    assert isinstance(written, ActionPrepared)
+    assert written.action.command == "cat f\\xff.txt \\ud800"  # type: ignore[union-attr]
+    result = read_journal_file(path, settings=JournalSettings(), mode="strict", key=key)
+    assert result.verification == "verified" and not result.issues
+    assert result.events[0].action.command == "cat f\\xff.txt \\ud800"  # type: ignore[union-attr]

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from executor.config import Settings, load_settings
-from executor.errors import ArtifactNotFound, CommandRejected, SessionClosed, UnsafeTarget, WriteFailed
+from executor.errors import (
+    ArtifactNotFound,
+    CommandRejected,
+    ContentRejected,
+    SessionClosed,
+    TaskNotFound,
+    UnsafeTarget,
+    WriteFailed,
+)
 from executor.gate.approvals import ApprovalRequest
 from executor.models import StdinFile
 from executor.session import open_executor
@@ -231,6 +239,23 @@ async def test_max_background_tasks_refuses_one_more_and_names_the_call_that_sto
         await session.stop_task(str((first.data or {})["task_id"]))
         second = await session.start_task("test -e /tmp/second-ran || echo never-ran")
         assert second.outcome == "completed", second.text
+
+
+async def test_text_that_is_not_utf8_is_refused_before_anything_runs(engine_settings: Settings) -> None:
+    """Lone surrogates (undecodable bytes as Python reads them) in an intent, a write's text or an id are bad input:
+    the executor's own error, nothing run (an intent ran the command, then its journaling raised a pydantic error;
+    ids and text raised UnicodeEncodeError)."""
+    async with open_executor(_observe(engine_settings)) as ex, ex.open_session() as session:
+        with pytest.raises(CommandRejected, match="intent is not valid UTF-8"):
+            await session.bash("touch /tmp/ran", intent="find \udc80", focus_mode="on")
+        with pytest.raises(ContentRejected, match="not valid UTF-8"):
+            await session.write_file("s.txt", "a\udc80b")
+        with pytest.raises(ArtifactNotFound):
+            await session.read_output(f"{session.id[:2]}\udc80.a1")
+        with pytest.raises(TaskNotFound):
+            await session.read_task("t\udc80")
+        checked = await session.bash("ls /tmp/ran s.txt 2>&1 | wc -l; ls /tmp/ran s.txt 2>/dev/null | wc -l")
+        assert checked.stdout is not None and checked.stdout.split() == ["2", "0"], checked.text
 
 
 def test_an_asyncio_programs_approval_handler_runs_on_its_own_loop(engine_settings: Settings) -> None:
