@@ -37,6 +37,12 @@ def compile_pattern(pattern: str, *, max_chars: int, max_expansion: int) -> Any:
     """
     if not isinstance(pattern, str) or not pattern:
         raise PatternError("the search pattern must be a non-empty string")
+    try:
+        pattern.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PatternError(
+            f"the search pattern is not valid UTF-8 (an undecodable byte at character {exc.start}); search for text"
+        ) from None
     if len(pattern) > max_chars:
         raise PatternError(
             f"the search pattern has {len(pattern)} characters; at most {max_chars} are accepted "

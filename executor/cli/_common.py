@@ -124,12 +124,15 @@ def state(ctx: typer.Context) -> CliState:
 
 
 def emit(data: dict[str, Any], text: str, *, json_mode: bool) -> None:
-    """Print ``data`` as one JSON object under --json, else ``text``."""
+    """Print ``data`` as one JSON object under --json, else ``text`` (nothing when stdout was closed: ``>&-``)."""
+    out = sys.stdout
+    if out is None:
+        return
     if json_mode:
-        sys.stdout.write(json.dumps(data, sort_keys=True, default=str) + "\n")
+        out.write(json.dumps(data, sort_keys=True, default=str) + "\n")
     elif text:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
+        out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
 
 
 def emit_done(data: dict[str, Any], text: str, *, json_mode: bool, code: int = 0, outcome: str = "completed") -> None:
@@ -146,8 +149,9 @@ def progress(message: str, *, json_mode: bool) -> None:
 
 
 def fail(message: str, *, code: int, json_mode: bool, outcome: str = "error") -> NoReturn:
-    """Report an error (JSON on stdout under --json, text on stderr otherwise) and exit with ``code``."""
-    if json_mode:
+    """Report an error (JSON on stdout under --json, text on stderr otherwise or when stdout was closed) and exit
+    with ``code``."""
+    if json_mode and sys.stdout is not None:
         sys.stdout.write(json.dumps({"outcome": outcome, "error": message, "exit_code": code}) + "\n")
     else:
         sys.stderr.write(f"error: {message}\n")

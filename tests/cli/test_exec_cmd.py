@@ -489,3 +489,54 @@ def test_stdout_that_cannot_be_written_ends_the_call_as_docker_exec_does(either_
             timeout=120,
         )
         assert (closed.returncode, closed.stderr) == (4, b"e\n"), closed.stderr
+
+
+@pytest.mark.docker
+def test_closed_stdout_or_stderr_still_ends_with_the_commands_code(either_home: Path) -> None:
+    """Started with stderr closed (``2>&-``) the call printed stdout and exited 1 over a service (a write to the
+    missing stderr raised); ``--json`` with stdout closed printed tracebacks. Both now exit with the command's code
+    and print nothing about themselves, on both paths."""
+    import os
+
+    home = either_home
+    env = cli_env(home)
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        script = "echo out; echo err >&2; exit 6"
+        no_stderr = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", script],
+            env=env,
+            stdout=subprocess.PIPE,
+            preexec_fn=lambda: os.close(2),
+            timeout=120,
+        )
+        assert (no_stderr.returncode, no_stderr.stdout) == (6, b"out\n")
+        no_stdout = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "--json", "exec", "--session", name, "--", script],
+            env=env,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: os.close(1),
+            timeout=120,
+        )
+        assert no_stdout.returncode == 6 and b"Traceback" not in no_stdout.stderr, no_stdout.stderr
+
+
+@pytest.mark.docker
+def test_arguments_that_are_not_utf8_are_bad_input_on_both_paths(either_home: Path) -> None:
+    """A command, an environment value, a write path or a search pattern holding bytes that are not UTF-8 is exit 2
+    naming it, on both paths (over a service it was 125, 'internal error', or the service's JSON parser's words)."""
+    home = either_home
+    bad = b"\xff".decode("utf-8", "surrogateescape")
+    with named_session(home) as name:
+        assert cli(home, "session", "start", "--name", name).code == 0
+        ran = cli(home, "--json", "exec", "--session", name, "--", "seq 3")
+        artifact = ran.json()["artifact_id"]
+        for args in (
+            ["exec", "--session", name, "--", f"echo {bad}"],
+            ["exec", "--session", name, "--env", f"A={bad}", "--", "true"],
+            ["write", "--session", name, f"x{bad}"],
+            ["output", "search", artifact, "--pattern", bad],
+        ):
+            refused = cli(home, *args, stdin=b"")
+            assert refused.code == 2, (args, refused.stdout, refused.stderr)
+            assert "not valid UTF-8" in refused.stderr, (args, refused.stderr)

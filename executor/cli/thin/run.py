@@ -265,14 +265,17 @@ class _Out:
         self.json = json_mode
 
     def emit(self, data: Mapping[str, Any], text: str) -> None:
+        out = sys.stdout
+        if out is None:  # closed from the start (>&-): the exit code still tells
+            return
         if self.json:
-            sys.stdout.write(json.dumps(data, sort_keys=True, default=str) + "\n")
+            out.write(json.dumps(data, sort_keys=True, default=str) + "\n")
         elif text:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
+            out.write(text if text.endswith("\n") else text + "\n")
+        out.flush()
 
     def fail(self, message: str, code: int, outcome: str = "error") -> int:
-        if self.json:
+        if self.json and sys.stdout is not None:
             sys.stdout.write(json.dumps(shapes.error_json(message, code, outcome)) + "\n")
             sys.stdout.flush()
         else:
@@ -966,6 +969,14 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return exc.code
     except BrokenPipeError:
         return shapes.EXIT_PIPE
+    except UnicodeEncodeError as exc:
+        # An argument with bytes that are not UTF-8 (Python holds them as lone surrogates), on its way to the
+        # service: bad input, as in-process.
+        return out.fail(
+            f"{_shown(exc)} is not valid UTF-8 (an undecodable byte); pass text, and put "
+            "binary data in a file or on stdin",
+            shapes.EXIT_USAGE,
+        )
     except Exception as exc:
         # Nothing leaves as a traceback: an answer this client cannot read (a service of another version, a proxy
         # in the way) or a bug here is the executor failing, said in one line.
@@ -977,6 +988,12 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         )
     finally:
         conn.close()
+
+
+def _shown(exc: UnicodeEncodeError) -> str:
+    """The text that did not encode (at most 200 characters of it), printable."""
+    text = exc.object if isinstance(exc.object, str) else ""
+    return text if text.endswith("'") and len(text) < 200 else repr(text[:200]) if text else "an argument"
 
 
 def _other_settings(conn: Connection, target: Target, config: str | None, environ: Mapping[str, str]) -> str | None:

@@ -217,6 +217,21 @@ def segment(value: str) -> str:
     return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in value.encode())
 
 
+def _not_text(value: Any, where: str = "") -> UnicodeEncodeError:
+    """The error for the first text in ``value`` that is not UTF-8, naming where in the request it is."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            return UnicodeEncodeError(exc.encoding, f"{where} {value!r}".strip(), exc.start, exc.end, exc.reason)
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _not_text(item, f"{where}.{key}" if where else str(key))
+        if found.object != "":
+            return found
+    return UnicodeEncodeError("utf-8", "", 0, 0, "")
+
+
 def _query(query: Mapping[str, Any]) -> str:
     parts = []
     for key, value in query.items():
@@ -396,7 +411,12 @@ class Connection:
         """
         # Encoded before the connection is looked at: a large body takes a while, and an idle connection may be
         # closed by the service meanwhile.
-        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        # Not ASCII-escaped: text holding lone surrogates (undecodable bytes of an argument) fails here, as bad input,
+        # instead of reaching the service as JSON escapes it refuses in its own words.
+        try:
+            payload = b"" if body is None else json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise _not_text(body) from None
         if (self._last is not None and not (self._last.done and self._last.reusable)) or self._dropped():
             self.close()
         if self._sock is None:
