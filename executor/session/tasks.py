@@ -225,7 +225,7 @@ class BackgroundTasks:
         owner: str | None,
     ) -> ToolResult:
         """See :meth:`executor.session.Session.read_task`."""
-        _check_range(offset, max_bytes)
+        _check_range(offset, max_bytes, stream)
         await self._settle_tasks()
         record = self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
@@ -298,7 +298,7 @@ class BackgroundTasks:
         owner: str | None,
     ) -> TaskBytes:
         """See :meth:`executor.session.Session.read_task_bytes`."""
-        _check_range(offset, max_bytes)
+        _check_range(offset, max_bytes, stream)
         self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
         return TaskBytes(
@@ -373,12 +373,14 @@ _MAX_OFFSET: Final = 2**63 - 1
 """Largest byte offset of a task's stream (what the agent's protocol carries)."""
 
 
-def _check_range(offset: int, max_bytes: int) -> None:
-    """Refuse a read whose offset or size the agent's protocol cannot carry.
+def _check_range(offset: int, max_bytes: int, stream: str) -> None:
+    """Refuse a read whose offset or size the agent's protocol cannot carry, or of a stream a task does not have.
 
     Raises:
-        OutputRangeError: ``offset`` or ``max_bytes`` outside 0..2**63-1.
+        OutputRangeError: ``offset`` or ``max_bytes`` outside 0..2**63-1, or ``stream`` neither stdout nor stderr.
     """
+    if stream not in ("stdout", "stderr"):
+        raise OutputRangeError(f"stream must be 'stdout' or 'stderr'; got {stream!r}")
     if not 0 <= offset <= _MAX_OFFSET:
         raise OutputRangeError(f"offset must be between 0 and {_MAX_OFFSET}; got {offset}")
     if not 0 <= max_bytes <= _MAX_OFFSET:

@@ -19,6 +19,7 @@ from executor.errors import (
     ArtifactNotFound,
     CommandRejected,
     ContentRejected,
+    OutputRangeError,
     SessionClosed,
     TaskNotFound,
     UnsafeTarget,
@@ -256,6 +257,18 @@ async def test_text_that_is_not_utf8_is_refused_before_anything_runs(engine_sett
             await session.read_task("t\udc80")
         checked = await session.bash("ls /tmp/ran s.txt 2>&1 | wc -l; ls /tmp/ran s.txt 2>/dev/null | wc -l")
         assert checked.stdout is not None and checked.stdout.split() == ["2", "0"], checked.text
+
+
+async def test_a_task_read_names_stdout_or_stderr(engine_settings: Settings) -> None:
+    """A task has two streams: reading another name is refused (it read stderr's bytes under any name, with both
+    raw fields empty), as MCP and the service refuse it."""
+    async with open_executor(_observe(engine_settings)) as ex, ex.open_session() as session:
+        task = await session.start_task("echo out; echo err >&2")
+        task_id = str((task.data or {})["task_id"])
+        for read in (session.read_task, session.read_task_bytes):
+            with pytest.raises(OutputRangeError, match="stdout' or 'stderr"):
+                await read(task_id, stream="nope")  # type: ignore[arg-type]
+        await session.stop_task(task_id)
 
 
 def test_an_asyncio_programs_approval_handler_runs_on_its_own_loop(engine_settings: Settings) -> None:
