@@ -60,6 +60,7 @@ from executor.service.wire import (
     SessionCreate,
     SessionView,
     TaskEvent,
+    TaskPage,
     TaskStart,
     TaskView,
     WriteRequest,
@@ -74,6 +75,7 @@ __all__ = [
     "ExecResult",
     "Result",
     "SessionView",
+    "TaskPage",
     "TaskView",
     "default_socket",
 ]
@@ -679,16 +681,17 @@ class Client:
 
     def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> Result:
-        """One page of a task's stream from byte ``offset``; ``data["next_offset"]`` continues."""
+    ) -> TaskPage:
+        """One page of a task's stream from byte ``offset``: the view (``text``) and its exact bytes (``raw``);
+        ``data["next_offset"]`` continues."""
         path = _Requests.task(session, task_id)
-        return _parse(Result, self._call("GET", path, params={"stream": stream, "offset": offset}))
+        return _parse(TaskPage, self._call("GET", path, params={"stream": stream, "offset": offset}))
 
     @contextmanager
     def follow_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> Iterator[Iterator[Result]]:
-        """Pages of a task's stream as they come, until the task ends."""
+    ) -> Iterator[Iterator[TaskPage]]:
+        """Pages of a task's stream as they come (each with its exact bytes, ``raw``), until the task ends."""
         path = _Requests.task(session, task_id)
         params = {"stream": stream, "offset": offset, "follow": "true"}
         with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
@@ -718,10 +721,14 @@ class Client:
         self._call("POST", f"/v1/approvals/{_segment(approval_id, _no_approval)}", content=body)
 
 
-def _pages(events: Iterator[Any]) -> Iterator[Result]:
+def _page(event: PageEvent) -> TaskPage:
+    return TaskPage(**event.result.model_dump(), raw=event.data)
+
+
+def _pages(events: Iterator[Any]) -> Iterator[TaskPage]:
     for event in events:
         if isinstance(event, PageEvent):
-            yield event.result
+            yield _page(event)
         elif isinstance(event, ErrorEvent):
             raise _exception(event.error.type, event.error.message)
 
@@ -1038,24 +1045,24 @@ class AsyncClient:
 
     async def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> Result:
+    ) -> TaskPage:
         """See :meth:`Client.read_task`."""
         path = _Requests.task(session, task_id)
-        return _parse(Result, await self._call("GET", path, params={"stream": stream, "offset": offset}))
+        return _parse(TaskPage, await self._call("GET", path, params={"stream": stream, "offset": offset}))
 
     @asynccontextmanager
     async def follow_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> AsyncIterator[AsyncIterator[Result]]:
+    ) -> AsyncIterator[AsyncIterator[TaskPage]]:
         """See :meth:`Client.follow_task`."""
         path = _Requests.task(session, task_id)
         params = {"stream": stream, "offset": offset, "follow": "true"}
         async with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
 
-            async def pages() -> AsyncIterator[Result]:
+            async def pages() -> AsyncIterator[TaskPage]:
                 async for event in events:
                     if isinstance(event, PageEvent):
-                        yield event.result
+                        yield _page(event)
                     elif isinstance(event, ErrorEvent):
                         raise _exception(event.error.type, event.error.message)
 

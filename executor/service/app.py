@@ -81,6 +81,7 @@ from executor.service.wire import (
     SearchQuery,
     SessionCreate,
     SessionView,
+    TaskPage,
     TaskReadQuery,
     TaskStart,
     TaskView,
@@ -253,11 +254,13 @@ class _Api:
         return parsed
 
     @staticmethod
-    def query(request: Request, model: type[M]) -> M:
+    def query(request: Request, model: type[M], *, refused: str = "ValidationError") -> M:
+        """The query parameters as ``model``; refused (422) as the error type ``refused`` names (a read's bad range
+        is ``OutputRangeError``, as in-process, so a client raises the same exception)."""
         try:
             return model.model_validate(dict(request.query_params), strict=False)
         except ValidationError as exc:
-            raise _HttpError(422, "ValidationError", validation_message(exc)) from exc
+            raise _HttpError(422, refused, validation_message(exc)) from exc
 
     async def held(self, request: Request) -> Held:
         return await self.service.get(request.path_params["session"], self.owner(request))
@@ -628,7 +631,7 @@ class _Api:
     # -- output ------------------------------------------------------------------------------------------------
 
     async def read_output(self, request: Request) -> Response:
-        query = self.query(request, ReadQuery)
+        query = self.query(request, ReadQuery, refused="OutputRangeError")
         held = await self.held(request)
         async with self.service.using(held):
             result = await held.session.read_output(
@@ -641,7 +644,7 @@ class _Api:
         return _json(_wire(result))
 
     async def search_output(self, request: Request) -> Response:
-        query = self.query(request, SearchQuery)
+        query = self.query(request, SearchQuery, refused="OutputRangeError")
         held = await self.held(request)
         async with self.service.using(held):
             result = await held.session.search_output(
@@ -677,23 +680,13 @@ class _Api:
         return _json(_wire(result), status=201)
 
     async def read_task(self, request: Request) -> Response:
-        query = self.query(request, TaskReadQuery)
+        query = self.query(request, TaskReadQuery, refused="OutputRangeError")
         held = await self.held(request)
         owner = self.owner(request)
         task_id = request.path_params["task"]
         session = held.session
 
-        async def page(offset: int) -> ToolResult:
-            async with self.service.using(held):
-                return await session.read_task(
-                    task_id, stream=query.stream, offset=offset, max_bytes=query.max_bytes, owner=owner
-                )
-
-        first = await page(query.offset)
-        if not query.follow:
-            return _json(_wire(first))
-
-        async def follow_page(offset: int) -> tuple[ToolResult, TaskBytes]:
+        async def page(offset: int) -> tuple[ToolResult, TaskBytes]:
             """A page's exact bytes (any bytes, UTF-8 or not) and the read's result for the same range."""
             async with self.service.using(held):
                 raw = await session.read_task_bytes(
@@ -704,11 +697,15 @@ class _Api:
                 )
             return view, raw
 
+        if not query.follow:
+            view, raw = await page(query.offset)
+            return _json(TaskPage(**_wire(view).model_dump(), raw=raw.data))
+
         async def lines() -> AsyncIterator[bytes]:
             at, sent = query.offset, False
             while True:
                 try:
-                    view, raw = await follow_page(at)
+                    view, raw = await page(at)
                 except ExecutorError as exc:
                     yield _line(ErrorEvent(error=ErrorInfo(type=public_name(exc), message=str(exc))))
                     return

@@ -24,6 +24,7 @@ from executor.service.wire import (
     SessionCreate,
     SessionView,
     TaskEvent,
+    TaskPage,
     TaskReadQuery,
     TaskStart,
     TaskView,
@@ -43,6 +44,7 @@ _MODELS: Final[tuple[type[BaseModel], ...]] = (
     Result,
     SessionCreate,
     SessionView,
+    TaskPage,
     TaskStart,
     TaskView,
     WriteRequest,
@@ -244,7 +246,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                     "200": {
                         "description": "one page (JSON), or with follow=true ndjson TaskEvent lines until the end",
                         "content": {
-                            "application/json": {"schema": _ref(Result)},
+                            "application/json": {"schema": _ref(TaskPage)},
                             "application/x-ndjson": {"schema": task_event},
                         },
                     },

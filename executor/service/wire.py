@@ -198,6 +198,15 @@ class Result(_Wire):
     """Tool-specific structured data."""
 
 
+class TaskPage(Result):
+    """One page of a background task's stream: the model's view (``text``, ``data.offset``..``data.next_offset``)
+    and the page's exact bytes."""
+
+    raw: Base64Bytes = b""
+    """The page's raw bytes (base64), ``data.offset`` to ``data.next_offset`` of the stream, any bytes, UTF-8 or not;
+    a page is bounded by ``max_bytes`` (``data.next_offset`` continues)."""
+
+
 class ExecResult(Result):
     """A bash result with the raw streams (each bounded by ``service.result_stream_max_bytes``)."""
 

@@ -105,3 +105,34 @@ def test_a_download_refused_in_the_session_is_a_readable_error(spooling_service:
                 client.download_tar(session, "/proc/1/environ")
         finally:
             client.stop_session(session)
+
+
+def test_task_pages_carry_their_exact_bytes_and_bad_ranges_are_output_range_errors(
+    spooling_service: ServiceProcess,
+) -> None:
+    """A task read (and each followed page) carries the page's exact bytes next to the view, so a program never
+    parses the sanitized text; a read's out-of-range argument is OutputRangeError (a ValueError), as in-process (it
+    was a bare ExecutorError from the service's 422)."""
+    with spooling_service.client() as client:
+        session = client.create_session().id
+        try:
+            client.write(session, "bytes.bin", b"a\xffb\n")
+            started = client.start_task(session, "cat bytes.bin; sleep 1; echo c", approvals="none")
+            task_id = str((started.data or {})["task_id"])
+            with client.follow_task(session, task_id) as pages:
+                followed = b"".join(page.raw for page in pages)
+            assert followed == b"a\xffb\nc\n"
+            page = client.read_task(session, task_id, offset=1)
+            assert page.raw == b"\xffb\nc\n" and "\\xff" in page.text, page.text
+            ran = client.exec(session, "seq 3")
+            artifact_id = str(ran.artifact_id)
+            with pytest.raises(OutputRangeError):
+                client.read_output(session, artifact_id, start_line=0)
+            with pytest.raises(OutputRangeError):
+                client.read_output(session, artifact_id, line_count=0)
+            with pytest.raises(OutputRangeError):
+                client.search_output(session, artifact_id, pattern="1", limit=0)
+            with pytest.raises(OutputRangeError):
+                client.read_task(session, task_id, offset=-1)
+        finally:
+            client.stop_session(session)
