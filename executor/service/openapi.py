@@ -68,7 +68,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "refused input (the executor's own check)",
         401: "missing or unknown bearer token (TCP)",
         404: "no such session, artifact, task or approval (or another token's)",
-        409: "the action did not complete (for a download: the tar run's result)",
+        409: "a conflict: the session name is taken, or the action did not complete (a download: the tar run's result)",
         413: "body or archive above its bound",
         422: "malformed request",
         502: "the engine or the sandbox failed",
@@ -78,6 +78,11 @@ def _errors(*codes: int) -> dict[str, Any]:
         str(code): {"description": meaning[code], "content": {"application/json": {"schema": _ref(ErrorResponse)}}}
         for code in (*codes, 401, 422, 503)
     }
+
+
+def _unauthorized() -> dict[str, Any]:
+    """The one error a route without input can answer: 401 over TCP without a valid token."""
+    return {k: v for k, v in _errors().items() if k == "401"}
 
 
 def _params(model: type[BaseModel] | None, *path: str) -> list[dict[str, Any]]:
@@ -124,16 +129,25 @@ def openapi_document(version: str) -> dict[str, Any]:
     s = "/v1/sessions/{session}"
     paths: dict[str, Any] = {
         "/v1/health": {
-            "get": {"operationId": "health", "responses": {"200": _ok("the service's state", _ref(Health))}}
+            "get": {
+                "operationId": "health",
+                "responses": {"200": _ok("the service's state", _ref(Health)), **_unauthorized()},
+            }
         },
         "/v1/metrics": {
             "get": {
                 "operationId": "metrics",
-                "responses": {"200": _ok("Prometheus text exposition", {"type": "string"}, "text/plain")},
+                "responses": {
+                    "200": _ok("Prometheus text exposition", {"type": "string"}, "text/plain"),
+                    **_unauthorized(),
+                },
             }
         },
         "/v1/openapi.json": {
-            "get": {"operationId": "openapi", "responses": {"200": _ok("this document", {"type": "object"})}}
+            "get": {
+                "operationId": "openapi",
+                "responses": {"200": _ok("this document", {"type": "object"}), **_unauthorized()},
+            }
         },
         "/v1/sessions": {
             "get": {
@@ -143,7 +157,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             "post": {
                 "operationId": "createSession",
                 "requestBody": _json_body(SessionCreate),
-                "responses": {"201": _ok("the new session", _ref(SessionView)), **_errors(400, 502)},
+                "responses": {"201": _ok("the new session", _ref(SessionView)), **_errors(400, 409, 413, 502)},
             },
         },
         s: {
@@ -177,7 +191,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                             EXEC_FRAMES: {"schema": {"type": "string", "format": "binary"}},
                         },
                     },
-                    **_errors(400, 404, 502),
+                    **_errors(400, 404, 413, 502),
                 },
             }
         },
@@ -235,7 +249,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "operationId": "startTask",
                 "parameters": _params(None, *session_path),
                 "requestBody": _json_body(TaskStart),
-                "responses": {"201": _ok("the start's result", _ref(Result)), **_errors(400, 404, 502)},
+                "responses": {"201": _ok("the start's result", _ref(Result)), **_errors(400, 404, 413, 502)},
             },
         },
         s + "/tasks/{task}": {
@@ -262,7 +276,7 @@ def openapi_document(version: str) -> dict[str, Any]:
         "/v1/approvals": {
             "get": {
                 "operationId": "listApprovals",
-                "responses": {"200": _ok("asks waiting for an answer", list_of(ApprovalView))},
+                "responses": {"200": _ok("asks waiting for an answer", list_of(ApprovalView)), **_unauthorized()},
             }
         },
         "/v1/approvals/{approval}": {
@@ -270,7 +284,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "operationId": "answerApproval",
                 "parameters": _params(None, "approval"),
                 "requestBody": _json_body(ApprovalAnswer),
-                "responses": {"204": {"description": "answered"}, **_errors(404)},
+                "responses": {"204": {"description": "answered"}, **_errors(404, 413)},
             }
         },
     }

@@ -164,6 +164,20 @@ def test_openapi_document_is_valid() -> None:
     assert {"/v1/sessions", "/v1/approvals", "/v1/metrics", "/v1/sessions/{session}/files"} <= set(document["paths"])
 
 
+def test_openapi_document_lists_the_statuses_the_service_answers() -> None:
+    """Every route may answer 401 over TCP without a token (health and metrics too), every route with a body 413
+    past service.max_request_bytes, and creating a session 409 for a taken name: the document says so (a client
+    generated from it treated them as undocumented)."""
+    document = openapi_document("0")
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            responses = operation["responses"]
+            assert "401" in responses, (method, path)
+            if "requestBody" in operation:
+                assert "413" in responses, (method, path)
+    assert "409" in document["paths"]["/v1/sessions"]["post"]["responses"]
+
+
 def test_every_bytes_field_is_standard_base64_in_json() -> None:
     """Bytes on the wire (and in the artifact and session models) are RFC 4648 section 4 base64, what ``base64 -d``
     and a curl user's decoder read, and the document says so; they are read back from either alphabet."""
