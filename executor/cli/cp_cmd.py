@@ -73,7 +73,7 @@ def cp_command(
     json_mode = st.json
     src, dst, named = _plan(source, dest, session, json_mode=json_mode)
     settings = st.settings()
-    where = CliSession(json_mode=json_mode, session=named, create=False)
+    where = CliSession(json_mode=json_mode, session=named, create=False, can_create=False)
     handler = interactive_handler()
     seen: list[dict[str, Any]] = []
     stats = ArchiveStats()

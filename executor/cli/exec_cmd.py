@@ -111,6 +111,8 @@ class CliSession:
     """A session id or name; None means a throwaway session."""
     create: bool = True
     """Start a named session that does not exist yet (``exec``, ``write``, ``bg start``)."""
+    can_create: bool = True
+    """The command takes ``--create`` (``cp`` does not): a missing session's message offers it only then."""
     profile: str | None = None
     """Profile of a session started here."""
     image: str | None = None
@@ -166,7 +168,7 @@ async def session_scope(ex: ExecutorAPI, where: CliSession) -> AsyncIterator[Ses
         if entered or where.create or is_session_id(where.session) or isinstance(exc, SessionNotRunning):
             raise
         # A mistyped name must not start a container: say how to make one on purpose.
-        raise SessionNotFound(missing_session_message(where.session)) from exc
+        raise SessionNotFound(missing_session_message(where.session, can_create=where.can_create)) from exc
 
 
 def run_cli(

@@ -92,13 +92,15 @@ def exit_code_for(outcome: str, command_exit_code: int | None) -> int:
     return 0
 
 
-def missing_session_message(name: str) -> str:
-    """What a ``--session NAME`` that does not exist says (without ``--create``); a session id is never a name to
-    start, so it is told only where the home's sessions are listed."""
+def missing_session_message(name: str, *, can_create: bool = True) -> str:
+    """What a ``--session NAME`` that does not exist says (without ``--create``; ``can_create``: the command takes
+    it, as ``cp`` does not); a session id is never a name to start, so it is told only where the home's sessions are
+    listed."""
     if is_session_id(name):
         return f"no session {name}; `executor session ls` lists this home's sessions"
+    start = f"run `executor session start --name {name}` first"
     return (
-        f"no session {name!r}: add --create to start it, or run `executor session start --name {name}` first "
+        f"no session {name!r}: {'add --create to start it, or ' if can_create else ''}{start} "
         "(`executor session ls` lists this home's sessions)"
     )
 

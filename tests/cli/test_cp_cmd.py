@@ -190,3 +190,14 @@ def test_a_download_cut_at_the_services_bound_is_exit_2(base_image: str, tmp_pat
     finally:
         cli(home, "session", "gc")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_copy_to_a_session_that_does_not_exist_names_a_way_that_works(either_home: Path, tmp_path: Path) -> None:
+    """cp has no --create: its missing-session message says how to start the session, not to add an option cp
+    refuses (it did in-process)."""
+    source = tmp_path / "f.txt"
+    source.write_text("x")
+    with named_session(either_home) as name:
+        refused = cli(either_home, "cp", str(source), f"{name}:in")
+        assert refused.code == 2, refused.stdout + refused.stderr
+        assert "--create" not in refused.stderr and name in refused.stderr, refused.stderr

@@ -365,7 +365,9 @@ class _Client:
                 if exc.type == "SessionNotRunning":
                     raise  # it says how to start it again
                 # (An id is never created: a typo, or a session that is gone.)
-                raise ServiceError(404, "SessionNotFound", shapes.missing_session_message(name)) from None
+                raise ServiceError(
+                    404, "SessionNotFound", shapes.missing_session_message(name, can_create=create_allowed)
+                ) from None
         taken = self.ensure(name, parsed)
         try:
             return call(name)
