@@ -7,7 +7,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     ├── ConfigError (ValueError)              settings, profiles or policy files that do not load
     ├── ServiceUnavailable (ConnectionError)  no executor service answers (executor.client)
     ├── Draining                              the service got SIGTERM and takes no new work
-    ├── SessionStopped                        the session was stopped while the request ran (it was cancelled)
+    ├── SessionStopped                        the session was stopped before or while the call ran (cancelled)
     ├── SessionClosed (RuntimeError)          a Session object used after its block ended (or after close)
     ├── SandboxError                          the container side
     │   ├── EngineUnavailable (ConnectionError)   no Docker engine answers
@@ -254,8 +254,8 @@ class Draining(ExecutorError):
 
 
 class SessionStopped(ExecutorError):
-    """The session was stopped (``DELETE``) while this ran: what ran in it was cancelled, its process group killed
-    (a 409)."""
+    """The session was stopped (``DELETE``, ``session stop``, an idle stop) while this ran, or before it: what ran in
+    it was cancelled, its process group killed (a 409); nothing more runs in it (its artifacts stay readable)."""
 
 
 class SessionClosed(ExecutorError, RuntimeError):

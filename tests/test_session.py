@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from executor.config import Settings, load_settings
-from executor.errors import ArtifactNotFound, CommandRejected, PathRejected
+from executor.errors import ArtifactNotFound, CommandRejected, PathRejected, SessionStopped
 from executor.gate.approvals import ApprovalRequest
 from executor.session import Session, open_executor
 
@@ -268,6 +268,15 @@ async def test_a_container_gone_mid_run_is_never_a_success(make_settings: Callab
 
                 nursery.start_soon(end_once_running)
                 result = await session.bash("touch /tmp/started; echo begun; sleep 30")
+            if how == "stop":
+                # Known stopped from now on: a later call says so (it made up another 'cancelled' result, or raised
+                # SandboxLost), while the artifacts stay readable.
+                with pytest.raises(SessionStopped, match="was stopped"):
+                    await session.bash("true")
+                with pytest.raises(SessionStopped):
+                    await session.list_tasks()
+                assert result.artifact_id is not None
+                assert "begun" in (await session.read_output(result.artifact_id, stream="stdout")).text
         finally:
             with trio.CancelScope(shield=True):
                 await ex.backend.stop_session(session.id)

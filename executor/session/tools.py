@@ -157,11 +157,18 @@ class Session:
         """Its block ended (the executor calls this): every later call raises :class:`SessionClosed`."""
         self._closed = True
 
-    def _check_open(self) -> None:
+    def _check_open(self, *, agent: bool = True) -> None:
+        """Refuse a call after the session's block ended, or (``agent``: a call its agent serves) once it is known
+        to have been stopped; its stored artifacts stay readable."""
         if self._closed:
             raise SessionClosed(
                 f"session {self.id} was used after the block that opened it ended (its connection and journal are "
                 "closed); open or attach it again: the session itself may still run"
+            )
+        if agent and self._stopped:
+            # Learnt when its agent went away under an earlier call: nothing can run in it any more.
+            raise SessionStopped(
+                f"session {self.id} was stopped; open a new one (its artifacts stay readable with read_output)"
             )
 
     async def _raise_if_stopped(self) -> None:
@@ -604,7 +611,7 @@ class Session:
             ArtifactNotFound: unknown, malformed or another session's id (one message for all).
             ArtifactEvicted, StreamNotFound, OutputRangeError: see :meth:`read_output`.
         """
-        self._check_open()
+        self._check_open(agent=False)
         record = self.artifacts.record(artifact_id)
         name = stream if stream is not None else next(iter(record.streams), "output")
         # the index's connection belongs to this thread; the read is one bounded pread
@@ -630,7 +637,7 @@ class Session:
             StreamNotFound: the artifact has no such stream.
             OutputRangeError: a range out of bounds.
         """
-        self._check_open()
+        self._check_open(agent=False)
         await self._tasks.settle_for(artifact_id)
         return await self._output.read_output(
             artifact_id,
@@ -656,7 +663,7 @@ class Session:
             PatternError: the pattern does not compile or is too long.
             PatternTimeout: the pattern ran past ``artifacts.search_timeout_s``.
         """
-        self._check_open()
+        self._check_open(agent=False)
         await self._tasks.settle_for(artifact_id)
         return await self._output.search_output(
             artifact_id,
@@ -710,7 +717,11 @@ class Session:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         self._check_open()
-        return await self._tasks.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
+        try:
+            return await self._tasks.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
+        except SandboxLost:
+            await self._raise_if_stopped()
+            raise
 
     async def read_task_bytes(
         self,
@@ -748,12 +759,20 @@ class Session:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         self._check_open()
-        return await self._tasks.stop_task(task_id, owner=owner)
+        try:
+            return await self._tasks.stop_task(task_id, owner=owner)
+        except SandboxLost:
+            await self._raise_if_stopped()
+            raise
 
     async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
         """The session's background tasks (only ``owner``'s when an owner is given)."""
         self._check_open()
-        return await self._tasks.list_tasks(owner=owner)
+        try:
+            return await self._tasks.list_tasks(owner=owner)
+        except SandboxLost:
+            await self._raise_if_stopped()
+            raise
 
     def owner_of(self, task_id: str) -> str | None:
         """The opaque owner token stored with a task (never interpreted here).
