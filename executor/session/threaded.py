@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 import anyio.to_thread
@@ -106,6 +107,21 @@ class ThreadedSession:
     def id(self) -> str:
         """The session id."""
         return self.session.id
+
+    @property
+    def name(self) -> str | None:
+        """The session's name, if it was given one."""
+        return self.session.name
+
+    @property
+    def owner(self) -> str | None:
+        """The owner token the session was opened with."""
+        return self.session.owner
+
+    @property
+    def journal_path(self) -> Path:
+        """The session's decision journal (ndjson)."""
+        return self.session.journal_path
 
     @property
     def settings(self) -> Settings:
@@ -217,7 +233,10 @@ class ThreadedSession:
         return await self._call(lambda: self.session.list_tasks(owner=owner))
 
     async def close(self) -> None:
-        """Leave the session: everything it started is killed and its container removed. Idempotent."""
+        """Leave the session: everything it started is killed and its container removed. Idempotent, also once the
+        executor is closed (which closed its sessions)."""
+        if self._owner._token is None:
+            return
         await self._owner._run(self._close)
 
     async def _close(self) -> None:

@@ -346,10 +346,12 @@ def test_the_threaded_session_makes_the_calls_its_hints_name(engine_settings: Se
                 stopped = await session.stop_task(task_id)
                 assert not stopped.running
                 assert (await session.read_task_bytes(task_id)).data == b"tick\n"
+                assert session.journal_path.name == "journal.ndjson" and session.name is None
             finally:
                 await session.close()
         finally:
             await executor.close()
+        await session.close()  # idempotent, also once the executor is closed (it raised RuntimeError)
 
     asyncio.run(main())
 
