@@ -148,8 +148,13 @@ def read(
         checked = "stderr"
     else:
         fail(f"--stream {stream!r} is not one of: stdout, stderr", code=EXIT_USAGE, json_mode=json_mode)
-    if offset < 0 or max_bytes < 1:
-        fail("--offset must be at least 0 and --max-bytes at least 1", code=EXIT_USAGE, json_mode=json_mode)
+    if offset < 0 or not 1 <= max_bytes <= shapes.MAX_TASK_PAGE_BYTES:
+        fail(
+            f"--offset must be at least 0 and --max-bytes between 1 and {shapes.MAX_TASK_PAGE_BYTES} "
+            "(--offset continues)",
+            code=EXIT_USAGE,
+            json_mode=json_mode,
+        )
     where = CliSession(json_mode=json_mode, session=named, create=False)
     if follow:
         # Pages no longer than the display budget, so that a page's text is all of its bytes.

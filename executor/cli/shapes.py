@@ -33,6 +33,7 @@ __all__ = [
     "EXIT_PIPE",
     "EXIT_TIMEOUT",
     "EXIT_USAGE",
+    "MAX_TASK_PAGE_BYTES",
     "SESSION_KEYS",
     "TASK_KEYS",
     "bg_ls_json",
@@ -65,6 +66,8 @@ EXIT_INTERRUPTED: Final = 130
 """Ctrl-C (128 + SIGINT), as shells report it."""
 EXIT_PIPE: Final = 141
 """The reader of our stdout went away (``| head``): 128 + SIGPIPE, as a pipeline's writer ends."""
+MAX_TASK_PAGE_BYTES: Final = 1024 * 1024
+"""The most one ``bg read`` page asks for (the service's bound on a task read; ``--offset`` continues)."""
 
 SESSION_KEYS: Final = ("id", "name", "image", "profile", "state", "created_at", "owner", "idle_limit_s", "idle_s")
 """The one shape of a session in every JSON object: null where the path that printed it does not know."""

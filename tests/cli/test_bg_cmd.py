@@ -54,6 +54,9 @@ def test_background_task_lifecycle(either_home: Path) -> None:
         rest = cli(home, "bg", "read", task, "--session", name, "--offset", "6", "--max-bytes", "3", "--json")
         assert (rest.json()["offset"], rest.json()["next_offset"]) == (6, 9)
         assert rest.json()["text"].endswith("\nsec")
+        for size in ("0", str(1024 * 1024 + 1)):  # a page is at most 1 MiB on both paths (thin alone refused it)
+            page = cli(home, "bg", "read", task, "--session", name, "--max-bytes", size, "--json")
+            assert page.code == 2 and "--max-bytes between 1 and 1048576" in page.json()["error"], page.stdout
         for offset in ("99999999999999999999999", "-1"):
             huge = cli(home, "bg", "read", task, "--session", name, "--offset", offset, "--json")
             assert huge.code == 2 and "offset" in huge.json()["error"], huge.stdout + huge.stderr

@@ -798,8 +798,11 @@ def _bg_read(client: _Client, parsed: Parsed) -> int:
     offset = _int(parsed, "--offset", 0)
     max_bytes = _int(parsed, "--max-bytes", 65_536)
     assert offset is not None and max_bytes is not None
-    if offset < 0 or max_bytes < 1:
-        raise Usage("--offset must be at least 0 and --max-bytes at least 1")
+    if offset < 0 or not 1 <= max_bytes <= shapes.MAX_TASK_PAGE_BYTES:
+        raise Usage(
+            f"--offset must be at least 0 and --max-bytes between 1 and {shapes.MAX_TASK_PAGE_BYTES} (--offset "
+            "continues)"
+        )
     task = parsed.positionals[0]
     if "--follow" in parsed.flags or "-f" in parsed.flags:
         if parsed.json:
