@@ -148,8 +148,18 @@ async def _serve(
                 serving = partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown.wait, mode="asgi")
                 try:
                     bound: list[str] = await nursery.start(serving)
-                except OSError as exc:
-                    raise ExecutorError(f"cannot listen on {', '.join(config.bind)}: {exc}") from exc
+                except (OSError, BaseExceptionGroup) as exc:
+                    # hypercorn's own nursery wraps the bind's error: the address is named here, once.
+                    failed = exc
+                    while isinstance(failed, BaseExceptionGroup) and len(failed.exceptions) == 1:
+                        failed = failed.exceptions[0]
+                    if not isinstance(failed, OSError):
+                        raise
+                    reason = failed.strerror or str(failed)
+                    raise ExecutorError(
+                        f"cannot listen on {', '.join(config.bind)}: {reason}; free the address or choose another "
+                        "(service.port, service.host, service.socket)"
+                    ) from exc
                 await trio.Path(path).chmod(0o600)
                 task_status.started(bound)
                 async for _ in signals:

@@ -3,12 +3,15 @@ found again), and the settings that bound it."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -194,6 +197,30 @@ def test_tcp_without_tokens_is_refused_at_start(tmp_path: Any) -> None:
     )
     assert done.returncode == 2
     assert b"service.tcp" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_a_port_in_use_names_the_address(base_image: str) -> None:
+    """A TCP port something else holds ends ``executor serve`` with exit 125 naming the address and the settings
+    that choose it (it said only 'Address already in use')."""
+    import socket
+
+    home = Path(tempfile.mkdtemp(prefix="exs-", dir="/tmp"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = service_env(
+            home, service__tcp="true", service__port=str(port), service__tokens='["a-token-of-24-chars-xyz"]'
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "executor.cli", "serve"], env=env, capture_output=True, timeout=120, check=False
+            )
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+    assert done.returncode == 125, done.stderr
+    assert f"127.0.0.1:{port}".encode() in done.stderr and b"service.port" in done.stderr, done.stderr
+    assert b"Traceback" not in done.stderr
 
 
 def test_a_second_service_on_the_same_home_is_refused(service_factory: Any) -> None:
