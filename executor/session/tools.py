@@ -480,6 +480,11 @@ class Session:
             CommandRejected: refused before anything ran (empty list, NUL, size, timeout above the cap, another user).
         """
         self._check_open()
+        if isinstance(argv, (str, bytes)):
+            # A string is a sequence too: exec("ls") ran the program 'l' with the argument 's'.
+            raise CommandRejected(
+                "exec takes an argument list (['ls', '-l']), not a string; use bash() for a command line"
+            )
         words = tuple(argv)
         if not words or not all(isinstance(word, str) for word in words) or not words[0]:
             raise CommandRejected("exec needs a non-empty list of strings: the program, then its arguments")
