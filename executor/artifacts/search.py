@@ -63,6 +63,7 @@ def compile_pattern(pattern: str, *, max_chars: int, max_expansion: int) -> Any:
 
 _COUNTED = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
 _NAMED_ESCAPE = frozenset("pPNxuUgk")
+_BLANKS = frozenset(" \t\n\r\f\v")
 
 
 def expansion(pattern: str, *, ceiling: int) -> int:
@@ -71,9 +72,22 @@ def expansion(pattern: str, *, ceiling: int) -> int:
     The ``regex`` module compiles a counted repeat by repeating its item as many times as its minimum count
     (``{n}``, ``{n,}``, ``{n,m}``), so nested counts multiply: ``(?:a{1000}){3000}`` took seconds and gigabytes to
     compile, on the calling thread, with no bound. Every other item (a character, a class, an escape, a group call)
-    counts 1 and ``*``, ``+``, ``?`` and ``{0,m}`` add nothing. An over-estimate (a brace in a verbose comment) only
-    refuses a pattern; nothing that unrolls is missed.
+    counts 1; an item repeated at least zero times (``*``, ``?``, ``{0,m}``) is compiled once. The pattern is read
+    four ways, with sets as version 0 (``[[]`` is one class) and as version 1 (nested sets), each verbatim and as a
+    verbose pattern (blanks and ``#`` comments outside classes dropped), and the largest count is taken: whichever
+    reading ``regex`` uses, nothing that unrolls is missed (an over-estimate only refuses a pattern).
     """
+    counts = []
+    for nested_sets in (False, True):
+        for verbose in (False, True):
+            text = _verbose_stripped(pattern, nested_sets) if verbose else pattern
+            counts.append(_count(text, nested_sets, ceiling))
+            if counts[-1] > ceiling:
+                return counts[-1]
+    return max(counts)
+
+
+def _count(pattern: str, nested_sets: bool, ceiling: int) -> int:
     totals = [0]  # one running total per open group
     last = 0  # the size of the item a quantifier would repeat
     quantified = False  # the previous token was a quantifier: a '?' or '+' now makes it lazy or possessive
@@ -92,7 +106,7 @@ def expansion(pattern: str, *, ceiling: int) -> int:
                 i = n if close < 0 else close + 1
             last = 1
         elif c == "[":
-            i = _class_end(pattern, i)
+            i = _class_end(pattern, i, nested_sets)
             last = 1
         elif c == "(":
             if pattern.startswith("(?#", i):
@@ -108,8 +122,9 @@ def expansion(pattern: str, *, ceiling: int) -> int:
             last = totals.pop() if len(totals) > 1 else 0
             i += 1
         elif c == "{" and (counted := _COUNTED.match(pattern, i)) is not None:
-            times = int(counted.group(1) or 0)
-            totals[-1] += last * (times - 1) if times else -last
+            # The item was counted once; a minimum of n unrolls it n times (0 or 1: once, as it stands).
+            times = max(1, int(counted.group(1) or 0))
+            totals[-1] += last * (times - 1)
             last *= times
             i = counted.end()
             quantified = True
@@ -117,9 +132,7 @@ def expansion(pattern: str, *, ceiling: int) -> int:
                 return totals[-1]
             continue
         elif c in "*+?":
-            if c != "+":
-                totals[-1] -= last  # zero times is allowed: nothing is unrolled (last was added, never negative)
-            last = 0
+            last = 0  # the item is compiled once, as counted
             i += 1
             quantified = True
             continue
@@ -139,8 +152,33 @@ def expansion(pattern: str, *, ceiling: int) -> int:
     return totals[0]
 
 
-def _class_end(pattern: str, start: int) -> int:
-    """The index after the character class opening at ``start`` (nested sets included)."""
+def _verbose_stripped(pattern: str, nested_sets: bool) -> str:
+    """``pattern`` as a verbose pattern reads: blanks and ``#`` comments outside classes and escapes dropped."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+        elif c == "[":
+            end = _class_end(pattern, i, nested_sets)
+            out.append(pattern[i:end])
+            i = end
+        elif c in _BLANKS:
+            i += 1
+        elif c == "#":
+            newline = pattern.find("\n", i)
+            i = n if newline < 0 else newline + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _class_end(pattern: str, start: int, nested_sets: bool) -> int:
+    """The index after the character class opening at ``start``: with ``nested_sets`` (version 1) a '[' inside
+    opens a nested set; without (version 0, the default) it is a character."""
     depth = 0
     i = start
     while i < len(pattern):
@@ -148,7 +186,7 @@ def _class_end(pattern: str, start: int) -> int:
         if c == "\\":
             i += 2
             continue
-        if c == "[":
+        if c == "[" and (depth == 0 or nested_sets):
             depth += 1
             i += 1
             if pattern.startswith("^", i):

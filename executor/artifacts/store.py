@@ -67,7 +67,7 @@ from executor.errors import (
     StreamNotFound,
 )
 from executor.ids import artifact_id as make_artifact_id
-from executor.ids import is_task_id, parse_artifact_id, validate_session_id
+from executor.ids import parse_artifact_id, validate_session_id
 
 __all__ = ["ArtifactStore", "SessionArtifacts"]
 
@@ -680,8 +680,10 @@ class SessionArtifacts:
         return {row[0]: _task_record(row) for row in rows}
 
     def task(self, task_id: str) -> TaskRecord | None:
-        """One task record of this session, or None (also for a malformed id)."""
-        if not is_task_id(task_id):
+        """One task record of this session, or None (also for an id that is not text SQLite can hold)."""
+        try:
+            task_id.encode("utf-8")
+        except UnicodeEncodeError:
             return None
         row = self._store._conn.execute(
             "SELECT task_id, command, owner, artifact_id, action_id, finished FROM tasks "
@@ -1097,8 +1099,15 @@ class SessionArtifacts:
             raise OutputRangeError(f"limit must be between 1 and {_MAX_SEARCH_LIMIT}; got {limit}")
         if start_line < 1:
             raise OutputRangeError(f"start_line must be at least 1; got {start_line}")
-        compiled = _search.compile_pattern(
-            pattern, max_chars=settings.pattern_max_chars, max_expansion=settings.pattern_max_expansion
+        # Compiled off the event loop too: the expansion bound keeps it short, and should a pattern still compile
+        # slowly, it holds a worker thread, not every session of the process.
+        compiled = await trio.to_thread.run_sync(
+            functools.partial(
+                _search.compile_pattern,
+                pattern,
+                max_chars=settings.pattern_max_chars,
+                max_expansion=settings.pattern_max_expansion,
+            )
         )
         with self._opened(artifact_id, stream) as (checked, name, layout, source):
             job = functools.partial(

@@ -244,8 +244,8 @@ async def test_max_background_tasks_refuses_one_more_and_names_the_call_that_sto
 
 async def test_text_that_is_not_utf8_is_refused_before_anything_runs(engine_settings: Settings) -> None:
     """Lone surrogates (undecodable bytes as Python reads them) in an intent, a write's text or an id, or a string
-    given to exec for its argument list, are bad input: the executor's own error, nothing run (an intent ran the command, then its journaling raised a pydantic error;
-    ids and text raised UnicodeEncodeError)."""
+    given to exec for its argument list, are bad input: the executor's own error, nothing run (an intent ran the
+    command, then its journaling raised a pydantic error; ids and text raised UnicodeEncodeError)."""
     async with open_executor(_observe(engine_settings)) as ex, ex.open_session() as session:
         with pytest.raises(CommandRejected, match="not a string"):
             await session.exec("touch /tmp/ran")  # type: ignore[arg-type]  # a string was a list of one-letter words
