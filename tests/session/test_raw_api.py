@@ -248,7 +248,7 @@ async def test_text_that_is_not_utf8_is_refused_before_anything_runs(engine_sett
     command, then its journaling raised a pydantic error; ids and text raised UnicodeEncodeError)."""
     async with open_executor(_observe(engine_settings)) as ex, ex.open_session() as session:
         with pytest.raises(CommandRejected, match="not a string"):
-            await session.exec("touch /tmp/ran")  # type: ignore[arg-type]  # a string was a list of one-letter words
+            await session.exec("touch /tmp/ran")  # a string was a list of one-letter words
         with pytest.raises(CommandRejected, match="intent is not valid UTF-8"):
             await session.bash("touch /tmp/ran", intent="find \udc80", focus_mode="on")
         with pytest.raises(ContentRejected, match="not valid UTF-8"):
