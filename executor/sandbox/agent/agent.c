@@ -1485,8 +1485,9 @@ static void sweep(struct plist *killed)
 }
 
 /* The session went quiet (`r` ends and no other run or task is live) after runs or tasks overlapped: a process of
- * the session user that the agent's descendants still hold and that started since the first of them is a leftover of
- * one of them that could not be told apart (an `env -i` daemon) while another was live. It is killed now, not at the
+ * the session user that the agent's descendants still hold, that started since the first of them and whose ancestors
+ * (below the agent) did too, is a leftover of one of them that could not be told apart (an `env -i` daemon) while
+ * another was live; a new child of an older process (a kept daemon's worker) is that process's. It is killed now, not at the
  * session's end, and listed on `r`. Not when one of them keeps its leftovers (a background task, orphans = "keep":
  * its untagged daemons are meant to live) or a run or task that keeps its leftovers left some before. */
 static void quiet_sweep(struct run *r)
@@ -1524,7 +1525,8 @@ static void kill_descendants(struct plist *killed, int session_user_only, unsign
             free(a.v);
             return;
         }
-        /* Fixpoint over the parent links: depth-many passes at most. */
+        /* Fixpoint over the parent links: depth-many passes at most. 1: a descendant; 2: a descendant of a process
+         * (below the agent) started before `since`, such as a kept daemon's new worker: that process's, not ours. */
         int changed = 1;
         while (changed) {
             changed = 0;
@@ -1538,7 +1540,7 @@ static void kill_descendants(struct plist *killed, int session_user_only, unsign
                 }
                 for (size_t j = 0; j < a.n; j++) {
                     if (mark[j] && a.v[j].pid == a.v[i].ppid) {
-                        mark[i] = 1;
+                        mark[i] = (char)(mark[j] == 2 || (session_user_only && a.v[j].start < since) ? 2 : 1);
                         changed = 1;
                         break;
                     }
@@ -1548,7 +1550,7 @@ static void kill_descendants(struct plist *killed, int session_user_only, unsign
         int fresh = 0;
         for (size_t i = 0; i < a.n; i++) {
             if (!mark[i] || pstat_gone(&a.v[i]) ||
-                (session_user_only && (a.v[i].uid != opt.uid || a.v[i].start < since)))
+                (session_user_only && (mark[i] == 2 || a.v[i].uid != opt.uid || a.v[i].start < since)))
                 continue;
             if (plist_has(killed, a.v[i].pid)) {
                 if (kill(a.v[i].pid, SIGKILL) != 0 && errno != ESRCH)

@@ -322,6 +322,34 @@ async def test_env_i_daemon_caught_at_once_alone_or_when_the_session_goes_quiet(
     assert not any(p.cmd == "sleep 35" for p in await client.sweep())
 
 
+async def test_the_quiet_sweep_spares_new_children_of_a_kept_daemon(client: AgentClient, live_agent: LiveAgent) -> None:
+    """A background task keeps its leftovers: its untagged daemon, started before two commands overlap, goes on
+    forking workers during them; when the session goes quiet the sweep takes what the overlapping commands left, not
+    the daemon's new workers (review: it killed them)."""
+    task = await client.start_task(
+        live_agent.spec(
+            "env -i setsid sh -c 'while :; do sleep 0.4; done' </dev/null >/dev/null 2>&1 & echo started",
+            kill_orphans=False,
+            timeout_ms=None,
+        )
+    )
+    await task_chunk(client, task)
+    ended: list[RunResult] = []
+
+    async def other() -> None:
+        ended.append((await run(client, live_agent, "sleep 1.2"))[1])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await trio.testing.wait_all_tasks_blocked()  # the other run's frame went first: it is live
+        await run(client, live_agent, "setsid -f env -i sleep 36 >/dev/null 2>&1 </dev/null; sleep 0.2")
+    killed = [p.cmd for p in ended[0].orphans_killed]
+    assert "sleep 36" in killed, ended[0]  # the overlapping command's daemon: taken when the session went quiet
+    assert not any(cmd.startswith("sleep 0.4") or "while" in cmd for cmd in killed), killed
+    swept = [p.cmd for p in await client.sweep()]
+    assert any("while" in cmd for cmd in swept), swept  # the daemon lived until the session's sweep
+
+
 _NON_DUMPABLE = "import ctypes, os, sys, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n{body}"
 """A python program made non-dumpable (prctl PR_SET_DUMPABLE 0): the kernel gives its /proc files to root."""
 
