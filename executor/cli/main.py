@@ -23,7 +23,7 @@ def main() -> None:
     if sys.stderr is None:
         # Started with it closed (2>&-): what would go there is dropped, as asked; the command still runs and its
         # exit code is still ours (every message written to None raised, and the call exited 1).
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115, PTH123 - for the life of the process; no pathlib import
+        sys.stderr = open(os.devnull, "w", errors="backslashreplace")  # noqa: SIM115, PTH123 - for the process's life
     _terminate_as_interrupt(argv)
     try:
         from executor.cli.thin.run import run_thin

@@ -260,7 +260,10 @@ class _Api:
         try:
             return model.model_validate(dict(request.query_params), strict=False)
         except ValidationError as exc:
-            raise _HttpError(422, refused, validation_message(exc)) from exc
+            # Only a value out of its range is ``refused``; anything else (an unknown or missing parameter, a word
+            # where a number goes) stays a malformed request.
+            ranged = all(error["type"] in _RANGE_ERRORS for error in exc.errors())
+            raise _HttpError(422, refused if ranged else "ValidationError", validation_message(exc)) from exc
 
     async def held(self, request: Request) -> Held:
         return await self.service.get(request.path_params["session"], self.owner(request))
@@ -842,6 +845,8 @@ def _cancelled(raw: RawStreams, artifact_id: str | None, action_id: str | None, 
     )
 
 
+_RANGE_ERRORS: Final = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+"""pydantic's error types for a number out of its bounds."""
 _READERS: Final[dict[str, Surface]] = {"cli": "cli", "mcp": "mcp", "client": "client"}
 _HINTS_HEADER: Final = "x-executor-hints"
 """A request header naming who reads the results (``cli`` for the thin CLI, ``client`` for ``executor.client``,

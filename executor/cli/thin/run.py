@@ -31,6 +31,7 @@ from executor.cli import shapes
 from executor.cli.streams import OutputFailed, read_capped, silence
 from executor.cli.thin.transport import (
     Connection,
+    NotText,
     Response,
     ServiceError,
     Target,
@@ -974,14 +975,10 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return exc.code
     except BrokenPipeError:
         return shapes.EXIT_PIPE
-    except UnicodeEncodeError as exc:
+    except NotText as exc:
         # An argument with bytes that are not UTF-8 (Python holds them as lone surrogates), on its way to the
         # service: bad input, as in-process.
-        return out.fail(
-            f"{_shown(exc)} is not valid UTF-8 (an undecodable byte); pass text, and put "
-            "binary data in a file or on stdin",
-            shapes.EXIT_USAGE,
-        )
+        return out.fail(str(exc), shapes.EXIT_USAGE)
     except Exception as exc:
         # Nothing leaves as a traceback: an answer this client cannot read (a service of another version, a proxy
         # in the way) or a bug here is the executor failing, said in one line.
@@ -993,12 +990,6 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         )
     finally:
         conn.close()
-
-
-def _shown(exc: UnicodeEncodeError) -> str:
-    """The text that did not encode (at most 200 characters of it), printable."""
-    text = exc.object if isinstance(exc.object, str) else ""
-    return text if text.endswith("'") and len(text) < 200 else repr(text[:200]) if text else "an argument"
 
 
 def _other_settings(conn: Connection, target: Target, config: str | None, environ: Mapping[str, str]) -> str | None:

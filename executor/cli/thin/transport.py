@@ -49,6 +49,15 @@ _TOML_MAX_BYTES: Final = 1024 * 1024
 _SAFE: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
+class NotText(Exception):
+    """An argument on its way to the service holds bytes that are not UTF-8 (lone surrogates): bad input, exit 2."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} is not valid UTF-8 (an undecodable byte); pass text, and put binary data in a file or on stdin"
+        )
+
+
 class Unreachable(Exception):
     """Nothing answers at the target, or the connection broke."""
 
@@ -213,23 +222,32 @@ def find_service(config: str | None, environ: Mapping[str, str]) -> Target | Non
 
 
 def segment(value: str) -> str:
-    """One path segment of the API, percent-encoded (a name with ``/`` can never reach another route)."""
-    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in value.encode())
+    """One path segment of the API, percent-encoded (a name with ``/`` can never reach another route).
+
+    Raises:
+        NotText: ``value`` is not UTF-8 text.
+    """
+    try:
+        data = value.encode()
+    except UnicodeEncodeError:
+        raise NotText(repr(value)) from None
+    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in data)
 
 
-def _not_text(value: Any, where: str = "") -> UnicodeEncodeError:
-    """The error for the first text in ``value`` that is not UTF-8, naming where in the request it is."""
+def _not_text(value: Any, where: str = "") -> str:
+    """The first text in ``value`` that is not UTF-8, with where in the request it is ("" when none is)."""
     if isinstance(value, str):
         try:
             value.encode()
-        except UnicodeEncodeError as exc:
-            return UnicodeEncodeError(exc.encoding, f"{where} {value!r}".strip(), exc.start, exc.end, exc.reason)
+        except UnicodeEncodeError:
+            return f"{where} {value!r}".strip()
+        return ""
     items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         found = _not_text(item, f"{where}.{key}" if where else str(key))
-        if found.object != "":
+        if found:
             return found
-    return UnicodeEncodeError("utf-8", "", 0, 0, "")
+    return ""
 
 
 def _query(query: Mapping[str, Any]) -> str:
@@ -416,7 +434,7 @@ class Connection:
         try:
             payload = b"" if body is None else json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         except UnicodeEncodeError:
-            raise _not_text(body) from None
+            raise NotText(_not_text(body)) from None
         if (self._last is not None and not (self._last.done and self._last.reusable)) or self._dropped():
             self.close()
         if self._sock is None:
