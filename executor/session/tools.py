@@ -12,7 +12,7 @@ import errno
 import hashlib
 import io
 import shlex
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -171,14 +171,22 @@ class Session:
                 f"session {self.id} was stopped; open a new one (its artifacts stay readable with read_output)"
             )
 
-    async def _raise_if_stopped(self) -> None:
-        """The agent went away under a call: when the session was stopped (not lost), say so.
+    @contextlib.asynccontextmanager
+    async def _stops_said(self) -> AsyncIterator[None]:
+        """Around a call its agent serves: the agent going away under it because the session was stopped (not
+        lost) is said so.
 
         Raises:
             SessionStopped: it was.
         """
-        if await self._stopped_now():
-            raise SessionStopped(f"session {self.id} was stopped while this ran; its tasks were stopped with it")
+        try:
+            yield
+        except SandboxLost as exc:
+            if await self._stopped_now():
+                raise SessionStopped(
+                    f"session {self.id} was stopped while this ran; its tasks were stopped with it"
+                ) from exc
+            raise
 
     async def _stopped_now(self) -> bool:
         """Whether the session is being stopped or gone (asked once the agent went away; it stays so)."""
@@ -722,11 +730,8 @@ class Session:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         self._check_open()
-        try:
+        async with self._stops_said():
             return await self._tasks.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
-        except SandboxLost:
-            await self._raise_if_stopped()
-            raise
 
     async def read_task_bytes(
         self,
@@ -744,13 +749,10 @@ class Session:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         self._check_open()
-        try:
+        async with self._stops_said():
             return await self._tasks.read_task_bytes(
                 task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner
             )
-        except SandboxLost:
-            await self._raise_if_stopped()
-            raise
 
     async def end_tasks(self) -> None:
         """Before the session is stopped: stop every background task still running and keep each one's whole output
@@ -764,20 +766,14 @@ class Session:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         self._check_open()
-        try:
+        async with self._stops_said():
             return await self._tasks.stop_task(task_id, owner=owner)
-        except SandboxLost:
-            await self._raise_if_stopped()
-            raise
 
     async def list_tasks(self, *, owner: str | None = None) -> list[TaskInfo]:
         """The session's background tasks (only ``owner``'s when an owner is given)."""
         self._check_open()
-        try:
+        async with self._stops_said():
             return await self._tasks.list_tasks(owner=owner)
-        except SandboxLost:
-            await self._raise_if_stopped()
-            raise
 
     def owner_of(self, task_id: str) -> str | None:
         """The opaque owner token stored with a task (never interpreted here).
