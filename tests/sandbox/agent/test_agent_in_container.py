@@ -27,6 +27,15 @@ def _alive(tag: str) -> str:
     return _COUNT.replace("{tag}", tag)
 
 
+async def _until_ended(session: Session, task_id: str) -> None:
+    """Poll (under a deadline) until the background task has ended."""
+    with trio.fail_after(30):
+        while True:
+            if not (await session.read_task(task_id)).data["running"]:  # type: ignore[index]
+                return
+            await trio.sleep(0.05)
+
+
 @pytest.fixture
 def container_settings(runtime: str, base_image: str, home: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Settings with quick kill bounds, a private home and one shared agent build, under each runtime."""
@@ -140,16 +149,9 @@ async def test_a_full_task_buffer_gives_up_a_finished_tasks_output_not_a_running
         }
     )
 
-    async def until_done(session: Session, task_id: str) -> None:
-        with trio.fail_after(30):
-            while True:
-                if not (await session.read_task(task_id)).data["running"]:  # type: ignore[index]
-                    return
-                await trio.sleep(0.05)
-
     async def started(session: Session, command: str) -> str:
         task_id = str(((await session.start_task(command)).data or {})["task_id"])
-        await until_done(session, task_id)
+        await _until_ended(session, task_id)
         return task_id
 
     async with open_executor(settings) as ex, ex.open_session() as session:
@@ -252,11 +254,7 @@ async def test_a_background_tasks_untagged_daemon_outlives_the_quiet_after_it(se
     task = await session.start_task("env -i setsid sleep 310 </dev/null >/dev/null 2>&1 & sleep 0.5")
     task_id = str((task.data or {})["task_id"])
     assert (await session.bash("sleep 0.1")).outcome == "completed"  # overlaps the task
-    with trio.fail_after(30):
-        while True:
-            if not (await session.read_task(task_id)).data["running"]:  # type: ignore[index]
-                break
-            await trio.sleep(0.05)
+    await _until_ended(session, task_id)
     later = await session.bash("sleep 0.05")
     assert later.run is not None and not any("sleep 310" in p.cmd for p in later.run.orphans_killed)
     assert "alive=1" in (await session.bash(_alive("310"))).text
@@ -269,11 +267,7 @@ async def test_stopping_an_ended_task_takes_only_what_it_left(session: Session) 
     starts: stopping it once it ended took every process started after it (another task, a running command)."""
     first = await session.start_task("echo a")
     first_id = str((first.data or {})["task_id"])
-    with trio.fail_after(30):
-        while True:
-            if not (await session.read_task(first_id)).data["running"]:  # type: ignore[index]
-                break
-            await trio.sleep(0.05)
+    await _until_ended(session, first_id)
     second = await session.start_task("sleep 60; echo b-finished")
     second_id = str((second.data or {})["task_id"])
     outcome: dict[str, ToolResult] = {}
