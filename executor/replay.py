@@ -52,6 +52,7 @@ from executor.journal import (
     SectionManifest,
     StaticVerdict,
 )
+from executor.journal.events import unescaped
 from executor.models import Answer, BashAction, Decision, JudgmentRequest
 
 __all__ = [
@@ -265,9 +266,17 @@ class _Index:
         if len({event.identity_hash for event in found}) > 1:
             raise _Unsupported(f"action {action_id} was prepared more than once with different identities")
         prepared = found[0]
-        if prepared.action.identity() != prepared.identity_hash:
+        if prepared.action.identity() == prepared.identity_hash:
+            return prepared
+        # Text the journal could not hold as JSON (a file name's undecodable bytes in a write's path or an upload's
+        # members) was written escaped; the action that was prepared, and hashed, is the one before the escaping.
+        try:
+            action = type(prepared.action).model_validate(unescaped(prepared.action.model_dump()))
+        except ValueError:
+            action = None
+        if action is None or action.identity() != prepared.identity_hash:
             raise _Unsupported(f"the recorded action {action_id} does not match its identity hash (altered record)")
-        return prepared
+        return prepared.model_copy(update={"action": action})
 
     def one_verdict(self, action_id: str) -> StaticVerdict | None:
         found = self.verdicts.get(action_id, [])

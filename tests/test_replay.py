@@ -16,6 +16,7 @@ from executor.focus.select import FOCUS_TABLE, apply_focus
 from executor.gate.decision import GATE_TABLE, decide
 from executor.gate.policy import load_policy
 from executor.journal import (
+    ActionPrepared,
     ApprovalRequested,
     ApprovalResolved,
     DecisionEvent,
@@ -25,10 +26,12 @@ from executor.journal import (
     JudgmentEvent,
     SectionManifest,
     read_journal,
+    read_journal_file,
 )
-from executor.models import Answer, JudgmentRequest
+from executor.journal.writer import JournalWriter
+from executor.models import Answer, BashAction, JudgmentRequest
 from executor.replay import refocus, replay
-from executor.testing.journal import decision, journal_bytes, judgment, prepared, stamp, verdict
+from executor.testing.journal import SESSION, decision, journal_bytes, judgment, prepared, stamp, verdict
 
 CALM: dict[str, Answer] = {q.id: (False if q.answer == "bool" else 0) for q in GATE_TABLE.questions}
 
@@ -371,3 +374,25 @@ async def test_bad_arguments_are_refused() -> None:
         await replay([], trust=7)
     with pytest.raises(ValueError, match=r"^--mode reevaluate needs a judge"):
         await replay([], trust=1, mode="reevaluate")
+
+
+async def test_an_action_journaled_with_escapes_is_replayed_as_it_was_prepared(tmp_path: Path) -> None:
+    """An upload whose member names hold undecodable bytes (and a real backslash) is journaled with escapes, JSON
+    having no form for them: replay checks the action as it was prepared against its identity hash, so the record
+    is re-decided under another policy, not called altered."""
+    members = ("f\udcff.txt", "back\\xff", "\\")
+    action = BashAction(
+        session_id=SESSION, command="cat", cwd="/workspace", timeout_ms=30_000, stdin_sha256="0" * 64,
+        stdin_members=members,
+    )  # fmt: skip
+    path = tmp_path / "journal.ndjson"
+    with JournalWriter(path, session_id=SESSION, settings=JournalSettings()) as journal:
+        written = journal.emit(ActionPrepared(action_id="a1", identity_hash=action.identity(), action=action))
+        journal.emit(verdict("a1", "allow", static_only=True))
+        journal.emit(decision("a1", "allow"))
+    assert isinstance(written, ActionPrepared) and written.action.identity() != action.identity()  # escaped
+    read = read_journal_file(path, settings=JournalSettings())
+    report = await replay(read.events, trust=1, policy=load_policy(_deny_policy(tmp_path)))
+    assert report.unsupported == ()
+    (change,) = report.replayed.changes
+    assert (change.action_id, change.old, change.new) == ("a1", "allow", "deny")

@@ -18,9 +18,10 @@ replay never has to guess which judgment a decision meant.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
@@ -50,7 +51,9 @@ __all__ = [
     "SessionClosed",
     "SessionOpened",
     "StaticVerdict",
+    "escaped",
     "event_adapter",
+    "unescaped",
 ]
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -387,3 +390,43 @@ EventType = Literal[
 
 event_adapter: TypeAdapter[JournalEvent] = TypeAdapter(JournalEvent)
 """Validates one decoded journal line (a dict) into its event model."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE = re.compile(r"\\(?:(\\)|x([89a-f][0-9a-f])|u(d[89a-f][0-9a-f]{2}))")
+
+
+def _escape_text(text: str) -> str:
+    return _SURROGATE.sub(
+        lambda m: f"\\x{ord(m[0]) - 0xDC00:02x}" if "\udc80" <= m[0] <= "\udcff" else f"\\u{ord(m[0]):04x}",
+        text.replace("\\", "\\\\"),
+    )
+
+
+def escaped(value: Any) -> Any:
+    """``value`` (a model's dump holding text that JSON cannot carry: lone surrogates) with every lone surrogate
+    written as an escape, ``\\xff`` for an undecodable byte (``surrogateescape``) and ``\\udXXX`` for any other, and
+    every backslash of every text doubled, so that :func:`unescaped` restores the value exactly (a real ``\\xff``
+    anywhere in it stays itself). The writer escapes only a record that has no JSON form otherwise."""
+    if isinstance(value, str):
+        return _escape_text(value)
+    if isinstance(value, dict):
+        return {escaped(k): escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(escaped(v) for v in value)
+    return value
+
+
+def unescaped(value: Any) -> Any:
+    """The inverse of :func:`escaped`, for a value known or supposed to have been escaped (in one that was not, a
+    doubled backslash or a ``\\xff`` would be read as an escape): a reader that needs the exact original tries it
+    when the value as written does not fit, as replay does to check a recorded action against its identity hash."""
+    if isinstance(value, str):
+        if "\\" not in value:
+            return value
+        return _ESCAPE.sub(lambda m: "\\" if m[1] else chr(int(m[2] or m[3], 16) + (0xDC00 if m[2] else 0)), value)
+    if isinstance(value, dict):
+        return {unescaped(k): unescaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(unescaped(v) for v in value)
+    return value

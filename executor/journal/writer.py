@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, get_args
+from typing import TYPE_CHECKING, TypeVar, get_args
 
 from pydantic_core import PydanticSerializationError
 
@@ -71,6 +71,7 @@ from executor.journal.events import (
     ExecutionStarted,
     JournalEvent,
     SessionClosed,
+    escaped,
 )
 from executor.journal.files import exchange_paths
 from executor.journal.reader import check_dumped_line, decode_line
@@ -341,7 +342,7 @@ class JournalWriter:
                 except PydanticSerializationError:
                     # Text holding lone surrogates (a file name's undecodable bytes, as Python reads them) has no
                     # JSON form: those characters are written as escapes, so the record is kept, not lost.
-                    stamped = type(stamped).model_validate(_escaped(stamped.model_dump()))
+                    stamped = type(stamped).model_validate(escaped(stamped.model_dump()))
                     line = stamped.model_dump_json().encode("utf-8")
                 refused = self._refusal(stamped, line)
                 if refused is not None:
@@ -654,25 +655,6 @@ def _process_alive(pid: int) -> bool:
     except OSError:
         return True  # another user's: alive
     return True
-
-
-def _escaped(value: Any) -> Any:
-    """``value`` with every lone surrogate in its text written as an escape: ``\\xff`` for an undecodable byte
-    (``surrogateescape``), ``\\udXXX`` for any other."""
-    if isinstance(value, str):
-        if not any("\ud800" <= c <= "\udfff" for c in value):
-            return value
-        return "".join(
-            (f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else f"\\u{ord(c):04x}")
-            if "\ud800" <= c <= "\udfff"
-            else c
-            for c in value
-        )
-    if isinstance(value, dict):
-        return {_escaped(k): _escaped(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_escaped(v) for v in value)
-    return value
 
 
 def _type_of(event: EventBase) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -21,6 +22,8 @@ from executor.journal.events import (
     JudgmentEvent,
     SessionClosed,
     SessionOpened,
+    escaped,
+    unescaped,
 )
 from executor.journal.files import exchange_paths
 from executor.journal.reader import read_journal_file
@@ -422,3 +425,15 @@ def test_text_with_undecodable_bytes_is_kept_as_escapes(tmp_path: Path) -> None:
     result = read_journal_file(path, settings=JournalSettings(), mode="strict", key=key)
     assert result.verification == "verified" and not result.issues
     assert result.events[0].action.command == "cat f\\xff.txt \\ud800"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["f\udcff.txt", "\ud800 and \udfff", "a real \\xff and \\\\ beside \udc80", "\\", "\udcff\\"],
+)
+def test_the_escaping_of_unwritable_text_is_undone_exactly(text: str) -> None:
+    """What the writer escapes, a reader can restore exactly: backslashes of an escaped text are doubled, so a real
+    ``\\xff`` in a name holding an undecodable byte is not read back as that byte."""
+    value = {"name": text, "names": [text, "plain"], text: 1}
+    assert unescaped(escaped(value)) == value
+    assert json.dumps(escaped(value), ensure_ascii=False).encode("utf-8")  # has a JSON form
