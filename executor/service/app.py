@@ -285,6 +285,7 @@ class _Api:
             owner=info.owner,
             idle_limit_s=held.idle_limit_s if held is not None else info.idle_limit_s,
             idle_s=idle,
+            workspace_only=info.workspace_only,
         )
 
     # -- health, metrics, openapi ------------------------------------------------------------------------------

@@ -146,6 +146,9 @@ class SessionView(_Wire):
     idle_s: float | None = None
     """Seconds since its last command or call ended (since it was created if none has; 0 while one runs); None
     when its container is gone."""
+    workspace_only: bool = False
+    """Its container is gone and its workspace is kept (a named session stopped when idle): the next call that
+    names it with ``create`` makes a new container on that workspace."""
 
 
 class ExecRequest(_Wire):

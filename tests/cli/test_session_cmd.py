@@ -200,8 +200,9 @@ def _containers(session_id: str) -> list[str]:
 @pytest.mark.docker
 def test_a_named_session_whose_container_died_is_recreated_by_create(base_image: str, either_home: Path) -> None:
     """A named session's container killed under it (held by a service or not): without --create the call says it
-    is not running (exit 2); with --create its container is recreated on the kept workspace and the call runs there
-    (over a service too: the service lets go of a session whose agent connection died)."""
+    is not running (exit 2); once the container is removed `session ls` says its workspace is kept; with --create
+    its container is recreated on the kept workspace and the call runs there (over a service too: the service lets
+    go of a session whose agent connection died)."""
     home = either_home
     name = "cli-" + os.urandom(4).hex()
     started = _executor(home, "session", "start", "--name", name)
@@ -221,6 +222,13 @@ def test_a_named_session_whose_container_died_is_recreated_by_create(base_image:
         refused = _executor(home, "exec", "--session", name, "--", "cat f")
         assert refused.returncode == 2, refused.stdout
         assert f"session {name} is not running" in _json(refused)["error"]  # and how to start it again
+        subprocess.run(["docker", "rm", "-f", *containers], capture_output=True, check=False)  # if still there
+        env = {**os.environ, "EXECUTOR_HOME": str(home)}
+        table = subprocess.run(
+            [sys.executable, "-m", "executor.cli", "session", "ls"], capture_output=True, text=True, env=env, check=True
+        )
+        (row,) = (line for line in table.stdout.splitlines() if line.startswith(session_id))
+        assert row.endswith("(workspace kept; no container)"), table.stdout  # the same words on both paths
         recreated = _executor(home, "exec", "--session", name, "--create", "--", "cat f")
         assert recreated.returncode == 0, recreated.stdout + recreated.stderr
         assert _json(recreated)["stdout"] == "kept\n" and _json(recreated)["session"]["id"] == session_id
