@@ -597,9 +597,13 @@ class Service:
             if not owns(held.session.owner, owner):
                 raise _not_found(id_or_name)
             session_id = held.session.id
-            await self._close_held(held)
+            # Removed first, as an in-process stop does: a command running in it loses its agent to a stop it is
+            # told of and ends with its own cancelled result (its run, its view), the one every surface gives;
+            # closing the held session then finds nothing running (what still does is cancelled).
+            held.stopping = True
             with suppress(SessionNotFound):  # the service checked the caller: act as the session's owner
                 await self.executor.stop_session(session_id, owner=held.session.owner)
+            await self._close_held(held)
             return
         info = await self.executor.backend.find_session(id_or_name)
         if not owns(info.owner, owner):

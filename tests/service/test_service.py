@@ -673,5 +673,8 @@ def test_stopping_a_session_cancels_what_runs_in_it(shared_service: ServiceProce
         result = seen[-1].result
         assert (result.outcome, result.stdout) == ("cancelled", b"started\n")
         assert result.artifact_id is not None
+        # The session's own result, as in-process: its run says how it ended, its view holds the output.
+        assert result.run is not None and result.run.cause == "cancelled", result
+        assert result.text.startswith("[cancelled after ") and "started" in result.text, result.text
         with pytest.raises(ExecutorError, match="no session"):
             other.session(session)
