@@ -240,6 +240,12 @@ class ArtifactEvicted(ArtifactError, LookupError):
 class OutputRangeError(ArtifactError, ValueError):
     """A ``read_output``/``search_output`` argument out of range: a line below 1, a byte offset past its line."""
 
+    @classmethod
+    def bounds(cls, name: str, value: object, low: int, high: int | None = None) -> OutputRangeError:
+        """A number outside ``low``..``high`` (no upper bound when None), in the one wording every surface gives."""
+        rule = f"at least {low}" if high is None else f"between {low} and {high}"
+        return cls(f"{name} must be {rule}; got {value}")
+
 
 class PatternError(ArtifactError, ValueError):
     """A search pattern that does not compile, or is longer than allowed."""

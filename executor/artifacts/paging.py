@@ -336,8 +336,12 @@ def read_page(
             line (the message names the line).
     """
     ctx = _Ctx(artifact_id, stream, layout)
-    if start_line < 1 or line_count < 1 or (start_byte_in_line is not None and start_byte_in_line < 0):
-        raise OutputRangeError("start_line and line_count must be at least 1 and start_byte_in_line at least 0")
+    if start_line < 1:
+        raise OutputRangeError.bounds("start_line", start_line, 1)
+    if line_count < 1:
+        raise OutputRangeError.bounds("line_count", line_count, 1)
+    if start_byte_in_line is not None and start_byte_in_line < 0:
+        raise OutputRangeError.bounds("start_byte_in_line", start_byte_in_line, 0)
     if budget_chars < 16:
         raise ValueError("budget_chars must be at least 16")
     located = _locate(source, layout, start_line, start_byte_in_line or 0) if layout.segments else None

@@ -1016,8 +1016,10 @@ class SessionArtifacts:
             ArtifactNotFound, ArtifactEvicted, StreamNotFound: see :meth:`record`.
             OutputRangeError: a negative ``offset`` or a ``max_bytes`` below 1.
         """
-        if offset < 0 or max_bytes < 1:
-            raise OutputRangeError(f"offset must be >= 0 and max_bytes >= 1; got {offset} and {max_bytes}")
+        if offset < 0:
+            raise OutputRangeError.bounds("offset", offset, 0)
+        if max_bytes < 1:
+            raise OutputRangeError.bounds("max_bytes", max_bytes, 1)
         with self._opened(artifact_id, stream) as (checked, name, _layout, source):
             _, _, state, _ = self._resolve(checked, name)
             stored = state.head_len + state.ring_len
@@ -1053,7 +1055,7 @@ class SessionArtifacts:
         settings = self._store.settings
         count = settings.read_page_lines if line_count is None else line_count
         if not 1 <= count <= _MAX_READ_LINES:
-            raise OutputRangeError(f"line_count must be between 1 and {_MAX_READ_LINES}; got {count}")
+            raise OutputRangeError.bounds("line_count", count, 1, _MAX_READ_LINES)
         budget = settings.display_max_chars if budget_chars is None else budget_chars
         with self._opened(artifact_id, stream) as (checked, name, layout, source):
             return read_page(
@@ -1096,9 +1098,9 @@ class SessionArtifacts:
         """
         settings = self._store.settings
         if not 1 <= limit <= _MAX_SEARCH_LIMIT:
-            raise OutputRangeError(f"limit must be between 1 and {_MAX_SEARCH_LIMIT}; got {limit}")
+            raise OutputRangeError.bounds("limit", limit, 1, _MAX_SEARCH_LIMIT)
         if start_line < 1:
-            raise OutputRangeError(f"start_line must be at least 1; got {start_line}")
+            raise OutputRangeError.bounds("start_line", start_line, 1)
         # Compiled off the event loop too: the expansion bound keeps it short, and should a pattern still compile
         # slowly, it holds a worker thread, not every session of the process.
         compiled = await trio.to_thread.run_sync(

@@ -86,6 +86,7 @@ from executor.service.wire import (
     TaskStart,
     TaskView,
     WriteRequest,
+    range_message,
     validation_message,
 )
 from executor.session import Session, TaskBytes, ToolResult
@@ -262,8 +263,9 @@ class _Api:
         except ValidationError as exc:
             # Only a value out of its range is ``refused``; anything else (an unknown or missing parameter, a word
             # where a number goes) stays a malformed request.
-            ranged = all(error["type"] in _RANGE_ERRORS for error in exc.errors())
-            raise _HttpError(422, refused if ranged else "ValidationError", validation_message(exc)) from exc
+            if all(error["type"] in _RANGE_ERRORS for error in exc.errors()):
+                raise _HttpError(422, refused, range_message(model, exc)) from exc
+            raise _HttpError(422, "ValidationError", validation_message(exc)) from exc
 
     async def held(self, request: Request) -> Held:
         return await self.service.get(request.path_params["session"], self.owner(request))

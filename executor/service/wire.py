@@ -9,8 +9,9 @@ same on every surface.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import annotated_types
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -23,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from executor.errors import OutputRangeError
 from executor.models import Base64Bytes, RunResult
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "TaskStart",
     "TaskView",
     "WriteRequest",
+    "range_message",
     "validation_message",
 ]
 
@@ -439,3 +442,25 @@ def validation_message(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ())) or "body"
     return f"invalid request: {where}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
+
+
+def range_message(model: type[BaseModel], exc: ValidationError) -> str:
+    """A query number out of its range, in the words the in-process API uses (:meth:`OutputRangeError.bounds`), so
+    every surface says the same; any other problem as :func:`validation_message` says it."""
+    first = exc.errors()[0]
+    loc = first.get("loc", ())
+    field = model.model_fields.get(str(loc[-1])) if loc else None
+    low: Any = None
+    high: Any = None
+    for rule in field.metadata if field is not None else ():
+        if isinstance(rule, annotated_types.Ge):
+            low = rule.ge
+        elif isinstance(rule, annotated_types.Gt):
+            low = rule.gt + 1  # type: ignore[operator]
+        elif isinstance(rule, annotated_types.Le):
+            high = rule.le
+        elif isinstance(rule, annotated_types.Lt):
+            high = rule.lt - 1  # type: ignore[operator]
+    if not isinstance(low, int):
+        return validation_message(exc)
+    return str(OutputRangeError.bounds(str(loc[-1]), first.get("input"), low, high if isinstance(high, int) else None))

@@ -382,9 +382,9 @@ def _check_range(offset: int, max_bytes: int, stream: str) -> None:
     if stream not in ("stdout", "stderr"):
         raise OutputRangeError(f"stream must be 'stdout' or 'stderr'; got {stream!r}")
     if not 0 <= offset <= _MAX_OFFSET:
-        raise OutputRangeError(f"offset must be between 0 and {_MAX_OFFSET}; got {offset}")
+        raise OutputRangeError.bounds("offset", offset, 0, _MAX_OFFSET)
     if not 0 <= max_bytes <= _MAX_OFFSET:
-        raise OutputRangeError(f"max_bytes must be between 0 and {_MAX_OFFSET}; got {max_bytes}")
+        raise OutputRangeError.bounds("max_bytes", max_bytes, 0, _MAX_OFFSET)
 
 
 def _whole_characters(data: bytes) -> int:

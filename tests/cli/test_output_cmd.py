@@ -61,8 +61,17 @@ def test_read_and_search_a_stored_stream_before_and_after_the_session_stops(eith
         # Both paths take the store's bounds: a limit up to 10000 (the service took at most 1000), not one past it.
         many = cli(home, "output", "search", artifact, "--pattern", "^25", "--limit", "5000", "--json")
         assert many.code == 0 and many.json()["matches"] == 11, many.stdout
-        too_many = cli(home, "output", "search", artifact, "--pattern", "^25", "--limit", "10001", "--json")
-        assert too_many.code == 2 and "limit" in too_many.json()["error"], too_many.stdout
+        # A number out of its range is bad input, in the same words on both paths.
+        for args, said in (
+            (
+                ("search", artifact, "--pattern", "^25", "--limit", "10001"),
+                "limit must be between 1 and 10000; got 10001",
+            ),
+            (("read", artifact, "--start-line", "0"), "start_line must be at least 1; got 0"),
+            (("read", artifact, "--line-count", "100001"), "line_count must be between 1 and 100000; got 100001"),
+        ):
+            refused = cli(home, "--json", "output", *args)
+            assert refused.code == 2 and refused.json()["error"] == said, refused.stdout
 
         in_stderr = cli(home, "output", "search", artifact, "--pattern", "red")
         assert in_stderr.code == 0 and "red" in in_stderr.stdout
