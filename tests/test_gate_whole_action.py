@@ -3,8 +3,10 @@ and an image's own environment (issue 11). Each reproduction is gated and its pa
 
 from __future__ import annotations
 
+import gzip
 import io
 import subprocess
+import tarfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -206,3 +208,39 @@ async def test_an_images_own_env_does_not_reach_commands(
     names = {line.split("=", 1)[0] for line in text.splitlines() if "=" in line}
     assert not names & {"LD_PRELOAD", "BASH_ENV", "PYTHONSTARTUP"}, text
     assert "OPERATOR_SETTING=kept" in text and "LANG=C.UTF-8" in text
+
+
+def _tar(name: str, data: bytes, *, end: bool = True) -> bytes:
+    buffer = io.BytesIO()
+    tar = tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT)  # noqa: SIM115 - closed below, or not
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+    if end:
+        tar.close()  # the end-of-archive blocks
+    return buffer.getvalue()
+
+
+_SHOWN = _tar("notes.txt", b"fine\n")
+_HIDDEN = _tar(".bashrc", b"touch /workspace/pwned\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "stdin"),
+    [
+        ("tar -x -i -f -", _SHOWN + _HIDDEN),  # past the end-of-archive blocks
+        ("tar -xzf -", gzip.compress(_tar("notes.txt", b"fine\n", end=False)) + gzip.compress(_HIDDEN)),
+    ],
+    ids=["ignore-zeros", "gzip-members"],
+)
+async def test_an_archive_member_tar_reads_past_where_a_plain_listing_stops_is_judged(
+    make_settings: Callable[..., Settings], command: str, stdin: bytes
+) -> None:
+    """Members GNU tar unpacks that a plain listing of the stdin misses (after the end-of-archive blocks, which
+    --ignore-zeros reads past; in a second gzip member, which gzip -d reads on into) are judged like the rest: a
+    start-up file among them is not written unasked (it was, and the archive allowed)."""
+    async with _session(make_settings()) as session:
+        result = await session.bash(command, stdin=stdin, approval_handler=None)
+        assert result.outcome in ("blocked", "denied"), result.text
+        assert "start-up file" in result.text, result.text  # the hidden member is what was judged
+        assert not await _exists(session, "/workspace/.bashrc")

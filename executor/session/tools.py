@@ -835,8 +835,8 @@ async def _stdin_facts(spec: RunSpec, max_bytes: int) -> tuple[str | None, str |
     members: tuple[str, ...] | None = None
     if isinstance(stdin, bytes):
         data = stdin
-        if unpacks:
-            members = list_members(io.BytesIO(data))
+        if unpacks:  # in a thread: a compressed archive is decompressed to be listed
+            members = await trio.to_thread.run_sync(list_members, io.BytesIO(data))
     else:
         if unpacks:
             members = await trio.to_thread.run_sync(_list_file_members, stdin)
@@ -850,9 +850,9 @@ async def _stdin_facts(spec: RunSpec, max_bytes: int) -> tuple[str | None, str |
     return hashlib.sha256(data).hexdigest(), program, members
 
 
-def _list_file_members(source: StdinFile) -> tuple[str, ...] | None:
+def _list_file_members(source: StdinFile) -> tuple[str, ...]:
     with Path(source.path).open("rb") as handle:
-        return list_members(handle)  # a tar stream ends at its end-of-archive blocks
+        return list_members(handle)
 
 
 def _file_sha256(source: StdinFile) -> str:

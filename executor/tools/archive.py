@@ -13,14 +13,18 @@ Stdlib only (no trio, no pydantic): the thin CLI uses it too.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
 import posixpath
 import shlex
 import stat
 import tarfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, cast
 
 from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 
@@ -87,20 +91,70 @@ MAX_LISTED_MEMBERS: Final = 1024
 """Most member names :func:`list_members` returns: past it the list ends with ``...`` (more were not listed)."""
 
 
-def list_members(archive: IO[bytes]) -> tuple[str, ...] | None:
-    """The member names of a tar read from ``archive`` (streamed: contents are skipped, never held), at most
-    :data:`MAX_LISTED_MEMBERS` and then ``...``; None when it is not a tar this can read."""
+def list_members(archive: IO[bytes]) -> tuple[str, ...]:
+    """The member names of the tar that ``tar -x`` may unpack from ``archive`` (streamed: contents are skipped, never
+    held), read as GNU tar can read it: past end-of-archive blocks (``--ignore-zeros``, also set by ``TAR_OPTIONS``)
+    and damaged headers (it skips to the next one), through every member of a gzip, bzip2 or xz stream (``gzip -d``
+    decompresses them all, one after another). At most :data:`MAX_LISTED_MEMBERS`; a last ``...`` says that more
+    were not listed or that some of it could not be read (a compression this does not decode, a header it cannot
+    parse, data that is no tar): the gate then judges the archive unseen."""
     names: list[str] = []
     try:
-        with tarfile.open(fileobj=archive, mode="r|*") as tar:
+        stream = _decompressed(archive)
+        if stream is None:
+            return ("...",)
+        with _Lister.open(fileobj=stream, mode="r|", ignore_zeros=True) as tar:
             for member in tar:
                 if len(names) == MAX_LISTED_MEMBERS:
-                    names.append("...")
-                    break
+                    return (*names, "...")
                 names.append(member.name)
-    except (tarfile.TarError, OSError, EOFError, ValueError):
+            unread = tar.unread
+    except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error, lzma.LZMAError):
+        return (*names, "...")
+    return (*names, "...") if unread or not names else tuple(names)
+
+
+class _Lister(tarfile.TarFile):
+    """Counts the blocks tarfile skips (end-of-archive zeros, headers it cannot parse, other data) and stops past
+    :data:`_MAX_SKIPPED_BLOCKS` of them: what follows is judged unseen, not scanned block by block."""
+
+    unread = 0
+    skipped = 0
+
+    def _dbg(self, level: int, msg: str) -> None:  # tarfile reports each block it skips here (a private hook)
+        if msg.startswith("0x"):
+            self.skipped += 1
+            if "end of file header" not in msg:
+                self.unread += 1
+            if self.skipped > _MAX_SKIPPED_BLOCKS:
+                raise tarfile.TarError("too many blocks that hold no header")
+
+
+_MAX_SKIPPED_BLOCKS: Final = 4096
+"""Blocks of 512 bytes that are no member's header (end-of-archive zeros and record padding, or other data) that
+:func:`list_members` reads past before it judges the rest unseen: a stream of zeros would otherwise be scanned a
+block at a time (a few MB of gzip hold GBs of them)."""
+
+
+_COMPRESSED: Final[tuple[tuple[bytes, Callable[[IO[bytes]], object]], ...]] = (
+    (b"\x1f\x8b", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),  # every member, as gzip -d reads them
+    (b"BZh", bz2.BZ2File),  # every stream
+    (b"\xfd7zXZ\x00", lzma.LZMAFile),  # every stream
+)
+
+
+def _decompressed(archive: IO[bytes]) -> IO[bytes] | None:
+    """``archive`` as the tar it holds: decompressed when it is gzip, bzip2 or xz; None for another compression tar
+    knows (zstd, lzip, lzma, lzop, compress), whose members this cannot read."""
+    start = archive.tell()
+    head = archive.read(6)
+    archive.seek(start)
+    for magic, opener in _COMPRESSED:
+        if head.startswith(magic):
+            return cast(IO[bytes], opener(archive))  # read as a binary file, which each of them is
+    if head.startswith((b"\x28\xb5\x2f\xfd", b"LZIP", b"\x5d\x00\x00", b"\x89LZO", b"\x1f\x9d", b"\x1f\xa0")):
         return None
-    return tuple(names)
+    return archive
 
 
 class ArchiveStats:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
+import lzma
 import os
 import tarfile
 from pathlib import Path
@@ -155,14 +158,52 @@ def test_extract_keeps_the_archives_permission_bits_but_no_set_id(tmp_path: Path
 
 
 def test_list_members_names_every_member_up_to_the_cap(tmp_path: Path) -> None:
-    """The gate's view of an upload: every member's name in order; past the cap a last '...'; not a tar: None."""
+    """The gate's view of an upload: every member's name in order; past the cap a last '...'."""
     archive = b"".join(TarPacker(make_tree(tmp_path)))
     names = list_members(io.BytesIO(archive))
-    assert names is not None and names[0] == "src" and "src/run.sh" in names
+    assert names[0] == "src" and "src/run.sh" in names and "..." not in names  # an upload is listed whole
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for index in range(MAX_LISTED_MEMBERS + 5):
             tar.addfile(tarfile.TarInfo(f"f{index}"), io.BytesIO(b""))
     many = list_members(io.BytesIO(buffer.getvalue()))
-    assert many is not None and len(many) == MAX_LISTED_MEMBERS + 1 and many[-1] == "..."
-    assert list_members(io.BytesIO(b"not a tar at all" * 100)) is None
+    assert len(many) == MAX_LISTED_MEMBERS + 1 and many[-1] == "..."
+
+
+def _one_member_tar(name: str, *, end: bool = True) -> bytes:
+    buffer = io.BytesIO()
+    tar = tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT)  # noqa: SIM115 - closed below, or not
+    tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    if end:
+        tar.close()  # the end-of-archive blocks and the record's padding
+    return buffer.getvalue()
+
+
+_A, _B = _one_member_tar("a"), _one_member_tar("b")
+
+
+@pytest.mark.parametrize(
+    ("stream", "listed"),
+    [
+        (_A + _B, ("a", "b")),  # past the end-of-archive blocks (tar --ignore-zeros, TAR_OPTIONS)
+        (_A + b"\0" * (1 << 20) + _B, ("a", "b")),
+        (gzip.compress(_one_member_tar("a", end=False)) + gzip.compress(_B), ("a", "b")),  # gzip -d reads on
+        (gzip.compress(_A) + gzip.compress(_B), ("a", "b")),
+        (bz2.compress(_A) + bz2.compress(_B), ("a", "b")),
+        (lzma.compress(_A) + lzma.compress(_B), ("a", "b")),
+        (_one_member_tar("a", end=False) + b"junk" * 256 + _B, ("a", "b", "...")),  # tar skips to the next header
+        (_A + b"junk" * 300, ("a", "...")),
+        (b"\x28\xb5\x2f\xfd" + b"zstd data" * 50, ("...",)),  # a compression not decoded here
+        (b"not a tar at all" * 100, ("...",)),
+        (b"", ("...",)),
+        (gzip.compress(_A + b"\0" * (200 << 20) + _B), ("a", "...")),  # zeros past the bound: the rest unseen
+    ],
+    ids=[
+        "after-end", "after-1MiB-zeros", "gzip-members", "gzip-members-ended", "bzip2-streams", "xz-streams",
+        "garbage-between", "trailing-garbage", "zstd", "not-a-tar", "empty", "zero-bomb",
+    ],
+)  # fmt: skip
+def test_list_members_reads_as_far_as_tar_can(stream: bytes, listed: tuple[str, ...]) -> None:
+    """The gate's view of an upload holds every member GNU tar may unpack: past end-of-archive blocks and damaged
+    headers, through every member of a compressed stream; what it cannot read ends the list with '...' (unseen)."""
+    assert list_members(io.BytesIO(stream)) == listed
