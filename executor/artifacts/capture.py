@@ -540,7 +540,7 @@ class Capture:
         folder: Path | str,
         streams: tuple[str, ...],
         cap: int,
-        publish: Callable[[str, dict[str, StreamState], str | None], ArtifactRecord | None],
+        publish: Callable[[str, dict[str, StreamState], str | None, dict[str, str]], ArtifactRecord | None],
         tees: tuple[CaptureTee, ...] = (),
     ) -> None:
         self.artifact_id = artifact_id
@@ -552,6 +552,7 @@ class Capture:
         self._writers = {name: _StreamWriter(self._folder, name, cap, self._make_folder) for name in streams}
         self._finished: ArtifactRecord | None = None
         self._dirty = True
+        self._noted: dict[str, str] = {}
 
     def _make_folder(self) -> None:
         if not self._folder_made:
@@ -589,7 +590,11 @@ class Capture:
         if self._finished is not None or not self._dirty:
             return
         self._dirty = False
-        self._publish(self.artifact_id, {n: w.state(growing=True) for n, w in self._writers.items()}, None)
+        self._publish(self.artifact_id, {n: w.state(growing=True) for n, w in self._writers.items()}, None, {})
+
+    def note(self, key: str, value: str) -> None:
+        """Add ``key`` to the record's metadata when it finishes (what the producer learnt while capturing)."""
+        self._noted[key] = value
 
     def finish(self, *, status: str) -> ArtifactRecord:
         """Lay every stream out for good, record ``status`` (``ok``, ``error``, ...) and apply retention.
@@ -601,7 +606,7 @@ class Capture:
             return self._finished
         states = {name: writer.finish() for name, writer in self._writers.items()}
         try:
-            record = self._publish(self.artifact_id, states, status)
+            record = self._publish(self.artifact_id, states, status, self._noted)
         except BaseException:
             # The index could not record the finish (a full disk): put each linear file back where the index still
             # points, so its bytes stay with the unfinished artifact for whoever finalises it later.

@@ -780,7 +780,9 @@ class SessionArtifacts:
         return capture
 
     @_index_errors
-    def _publish(self, artifact_id: str, states: dict[str, StreamState], status: str | None) -> ArtifactRecord | None:
+    def _publish(
+        self, artifact_id: str, states: dict[str, StreamState], status: str | None, noted: dict[str, str]
+    ) -> ArtifactRecord | None:
         store = self._store
         stored = sum(s.head_len + s.ring_len for s in states.values())
         values: list[object] = []
@@ -790,6 +792,11 @@ class SessionArtifacts:
             conn.execute(_update_streams(len(states)), [*values, artifact_id, *states])
             if status is None:
                 conn.execute("UPDATE artifacts SET bytes_stored = ? WHERE id = ?", (stored, artifact_id))
+            elif noted:
+                updated = conn.execute(
+                    "UPDATE artifacts SET bytes_stored = ?, status = ?, meta = json_patch(meta, ?) WHERE id = ?",
+                    (stored, status, json.dumps(noted), artifact_id),
+                ).rowcount
             else:
                 updated = conn.execute(
                     "UPDATE artifacts SET bytes_stored = ?, status = ? WHERE id = ?", (stored, status, artifact_id)
@@ -805,6 +812,8 @@ class SessionArtifacts:
         # The row as it now is in the index (only this capture changes a live artifact's row), remembered so that
         # the record and the reads that follow need no query.
         kind, meta_json, created_at = begun
+        if noted:
+            meta_json = json.dumps({**json.loads(meta_json), **noted})
         known = self._remember(artifact_id, (artifact_id, kind, status, meta_json, created_at), states)
         known.record = self._record_of(artifact_id, known.row, states)
         return known.record

@@ -53,6 +53,15 @@ class OutputTools:
             )
             shown = note if page.empty_source else f"{note}\n{shown}"
             first += 1
+        lost = self._artifacts.record(artifact_id).meta.get(f"lost_{page.stream}_bytes")
+        if lost is not None:
+            note = (
+                f"[{lost} bytes of this task's {page.stream} were lost before the host kept them: the agent's "
+                "buffer for a task's output (agent.detached_buffer_bytes) filled first; the bytes shown are the "
+                "rest, in order]"
+            )
+            shown = note if page.empty_source else f"{note}\n{shown}"
+            first += 1
         neighbours = self._views.page_neighbours(page, first_line_of_page=first)
         text = await self._views.sanitize(shown, artifact_id=artifact_id, neighbours=neighbours)
         return ToolResult(

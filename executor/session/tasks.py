@@ -144,6 +144,7 @@ class BackgroundTasks:
     async def _mirror(self, task_id: str, action_id: str | None, capture: Capture) -> None:
         """Copy a task's streams from the agent into its artifact until the task ends (or the session closes)."""
         offsets = {"stdout": 0, "stderr": 0}
+        lost = {"stdout": 0, "stderr": 0}
         result: RunResult | None = None
         try:
             while True:
@@ -155,6 +156,9 @@ class BackgroundTasks:
                         chunk = await self._client.read_task(task_id, stream, offsets[stream])
                         if ended_before_round is None:
                             ended_before_round = not chunk.running
+                        # The agent's buffer dropped bytes before they were read (it filled while no one read:
+                        # a fast writer, or a task whose starting process ended): the artifact says how many.
+                        lost[stream] += max(0, chunk.offset - offsets[stream])
                         if chunk.data:
                             capture.feed(stream, chunk.data)
                         offsets[stream] = chunk.offset + len(chunk.data)
@@ -171,6 +175,9 @@ class BackgroundTasks:
             # Synchronous on purpose (no checkpoint): the mirror is closed even when the session is cancelled.
             # A mirror cut short by the end of this process says so ("detached"); a later attach that finds the
             # task ended gives it a complete artifact (see _settle_tasks).
+            for stream, count in lost.items():
+                if count:
+                    capture.note(f"lost_{stream}_bytes", str(count))
             capture.finish(status="ok" if result is not None else "detached")
             if result is not None:
                 if action_id:

@@ -4,7 +4,10 @@ longer than the display budget, and bytes that are not UTF-8 on a page where som
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+import trio
 
 from executor.config import Settings
 from executor.injection import UNTRUSTED_MARKER
@@ -100,3 +103,29 @@ def test_a_cut_keeps_the_marker_of_a_flagged_line_and_never_splits_an_escape() -
     assert cut.endswith("start_line=3)]")
     before = cut.split("\n[... ", 1)[0]
     assert not before.endswith(("\\", "\\x", "\\x0")), before[-12:]
+
+
+async def test_a_tasks_artifact_says_how_many_bytes_its_agent_buffer_dropped(engine_settings: Settings) -> None:
+    """A task that wrote more than the agent keeps for it while no host read (its starting process had ended) gets
+    an artifact of what was left, which says how many bytes were lost first (it read as the whole output)."""
+    settings = engine_settings.model_copy(
+        update={"agent": engine_settings.agent.model_copy(update={"detached_buffer_bytes": 65_536})}
+    )
+    name = "lost-" + uuid.uuid4().hex[:8]
+    async with open_executor(settings) as ex:
+        async with ex.open_session(name=name, keep=True) as session:
+            started = await session.start_task("sleep 1; head -c 300000 /dev/zero | tr '\\0' x")
+            task_id, first = str((started.data or {})["task_id"]), started.artifact_id
+        assert first is not None
+        try:
+            async with ex.attach_session(name) as session:
+                with trio.fail_after(60):  # the task ends (polled)
+                    while True:
+                        if not any(t.task_id == task_id and t.running for t in await session.list_tasks()):
+                            break
+                        await trio.sleep(0.1)
+                page = await session.read_output(first, stream="stdout")
+                assert f"[{300_000 - 65_536} bytes of this task's stdout were lost" in page.text, page.text
+                assert (page.data or {}).get("end_line") == 1 and "xxxx" in page.text
+        finally:
+            await ex.stop_session(name)
