@@ -535,8 +535,8 @@ class Service:
         """Let go of a session whose container died while held: the next request finds it again by its labels (a
         named one's ``--create`` recreates it on its kept workspace) instead of failing on the dead connection."""
         await held.session.wait_lost()
-        if held.closing.is_set():
-            return
+        if held.closing.is_set() or held.stopping:
+            return  # a stop took it down, and closes it once the removal is done (closing it now raced the removal)
         logger.warning("session %s lost its agent (its container stopped or died)", held.session.id)
         self._forget(held)
         # What runs in it fails on the dead connection now (nothing to cancel): let it record that first. The wait
