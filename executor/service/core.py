@@ -601,9 +601,11 @@ class Service:
             # told of and ends with its own cancelled result (its run, its view), the one every surface gives;
             # closing the held session then finds nothing running (what still does is cancelled).
             held.stopping = True
-            with suppress(SessionNotFound):  # the service checked the caller: act as the session's owner
-                await self.executor.stop_session(session_id, owner=held.session.owner)
-            await self._close_held(held)
+            try:
+                with suppress(SessionNotFound):  # the service checked the caller: act as the session's owner
+                    await self.executor.stop_session(session_id, owner=held.session.owner)
+            finally:
+                await self._close_held(held)  # even when the removal failed: it is not left half-stopped
             return
         info = await self.executor.backend.find_session(id_or_name)
         if not owns(info.owner, owner):
