@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from executor.errors import ExecutorError, ServiceUnavailable, SessionNotFound, SpawnFailed
+from executor.sandbox.usage import read_usage, usage_path
 from tests.service.conftest import ServiceProcess, new_name, service_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -408,17 +409,27 @@ def test_a_held_session_is_not_idle_while_another_process_runs_in_it(service_fac
     name = new_name()
     try:
         with service.client() as client:
-            client.create_session(name=name, idle_s=2)
-            assert client.exec(name, "echo held").stdout == b"held\n"  # the service holds it from here on
+            session_id = client.create_session(name=name, idle_s=3).id
         in_process = {**service.env, "EXECUTOR_SERVICE__SOCKET": str(tmp_path / "no-service.sock")}
-        ran = subprocess.run(
-            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", "sleep 6; echo survived"],
+        other = subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", "sleep 8; echo survived"],
             env=in_process,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
         )
-        assert (ran.returncode, ran.stdout) == (0, "survived\n"), ran.stderr
+        try:
+            # Its command runs (the session's usage file is held) before the service holds the session: started
+            # after the service's use, the other process's start-up could outlast the idle limit on a slow host.
+            usage = usage_path(service.home, session_id)
+            _poll(lambda: read_usage(usage)[0].busy, 60, "the other process's command")
+            with service.client() as client:
+                assert client.exec(name, "echo held").stdout == b"held\n"  # the service holds it from here on
+            out, err = other.communicate(timeout=120)
+        finally:
+            if other.poll() is None:
+                other.kill()
+        assert (other.returncode, out) == (0, "survived\n"), err
         with service.client() as client:
             _poll(lambda: name not in {s.name for s in client.list_sessions() if s.state == "running"}, 60, "idle stop")
     finally:
