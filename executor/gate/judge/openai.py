@@ -19,7 +19,6 @@ import re
 from types import TracebackType
 from typing import Any
 
-import httpx
 import trio
 
 from executor.config import JudgeSettings
@@ -106,6 +105,8 @@ class OpenAIJudge(Judge):
         self._settings = settings
         self.__api_key = api_key
         self._calls: dict[str, int] = {}
+        import httpx  # here, not at import: only a session judged by this provider pays for loading it
+
         self._client = httpx.AsyncClient(
             # The cancel scope in answer() is the real bound; this only backs it up.
             timeout=httpx.Timeout(settings.timeout_s + 5.0),
@@ -118,6 +119,8 @@ class OpenAIJudge(Judge):
         return f"OpenAIJudge(model={self._settings.model!r}, base_url={self._endpoint_for_humans()!r})"
 
     def _endpoint_for_humans(self) -> str:
+        import httpx
+
         url = httpx.URL(self._settings.base_url)
         return str(url.copy_with(username=None, password=None, query=None))
 
@@ -184,6 +187,8 @@ class OpenAIJudge(Judge):
         return self._content(raw)
 
     async def _post(self, body: bytes) -> bytes:
+        import httpx  # loaded already: the client is httpx's
+
         settings = self._settings
         headers = {"content-type": "application/json", "accept": "application/json"}
         if self.__api_key:
