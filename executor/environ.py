@@ -3,7 +3,6 @@ which a thin CLI compares with its service's (the standard library only: the thi
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Final
 
@@ -33,6 +32,8 @@ def environment_digest(environ: Mapping[str, str]) -> str | None:
     names = command_settings(environ)
     if not names:
         return None
+    import hashlib  # only when there are settings to digest: the thin CLI's common path loads no OpenSSL
+
     digest = hashlib.sha256()
     for name in names:
         digest.update(f"{name}={environ[name]}".encode("utf-8", "surrogateescape") + b"\0")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import secrets
 from typing import Final
 
 from executor.errors import SessionNotFound, SessionRejected
@@ -73,7 +72,7 @@ _IMAGE_NAME_MAX: Final = 255
 
 def new_session_id() -> str:
     """A fresh session id: ``s-`` and 12 lowercase hex digits (48 random bits)."""
-    return "s-" + secrets.token_hex(6)
+    return "s-" + os.urandom(6).hex()  # what secrets.token_hex does; the thin CLI does not load secrets
 
 
 def is_session_id(value: object) -> bool:
@@ -153,7 +152,7 @@ def new_action_id(session_id: str, seq: int, *, now_ms: int) -> str:
 
 def new_approval_id() -> str:
     """A fresh approval id: ``ap-`` and 16 lowercase hex digits (64 random bits)."""
-    return f"ap-{secrets.token_hex(8)}"
+    return f"ap-{os.urandom(8).hex()}"
 
 
 def new_judgment_id() -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Final
 
 from executor.ids import is_session_id
@@ -109,7 +108,8 @@ def missing_session_message(name: str, *, can_create: bool = True) -> str:
 
 
 def _iso(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value
+    # A datetime (in-process) as ISO 8601; the thin CLI's values are text already, and it does not load datetime.
+    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 def session_json(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -349,6 +349,8 @@ def _span(seconds: float | None) -> str:
 
 def _age(moment: Any, now: float) -> float | None:
     """Seconds from ``moment`` (a datetime, an ISO 8601 text, or epoch seconds) to ``now``."""
+    from datetime import datetime  # here: only `session ls` needs it on the thin path
+
     if isinstance(moment, datetime):
         return now - moment.timestamp()
     if isinstance(moment, int | float) and not isinstance(moment, bool):

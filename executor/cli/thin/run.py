@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import re
@@ -1002,6 +1001,8 @@ def _other_settings(conn: Connection, target: Target, config: str | None, enviro
         return None
     mine = None
     if config:
+        import hashlib  # only with a settings file
+
         try:
             with open(config, "rb") as handle:
                 mine = hashlib.sha256(handle.read()).hexdigest()
