@@ -40,28 +40,25 @@ class OutputTools:
             line_count=line_count,
             start_byte_in_line=start_byte_in_line,
         )
-        shown = self._views.read_page(page)
-        first = 2  # the page's first stream line follows its header line
+        notes: list[str] = []  # lines above the page's own header
         task_id = self._artifacts.detached_task(artifact_id)
         if task_id is not None:
             # Still the cut-short mirror: the task has not ended yet (else current() led to its whole output).
             hint = self._views.hints.task_read(task_id, session_id=self._views.session_id)
-            note = (
+            notes.append(
                 f"[task {task_id} is still running: this artifact holds what was mirrored of its output before the "
                 f"process that started it ended; {hint} reads the task's output now, and this id leads to its whole "
                 "output once it has ended]"
             )
-            shown = note if page.empty_source else f"{note}\n{shown}"
-            first += 1
         lost = self._artifacts.record(artifact_id).meta.get(f"lost_{page.stream}_bytes")
         if lost is not None:
-            note = (
+            notes.append(
                 f"[{lost} bytes of this task's {page.stream} were lost before the host kept them: the agent's "
                 "buffer for a task's output (agent.detached_buffer_bytes) filled first; the bytes shown are the "
                 "rest, in order]"
             )
-            shown = note if page.empty_source else f"{note}\n{shown}"
-            first += 1
+        shown = "\n".join(notes if page.empty_source and notes else [*notes, self._views.read_page(page)])
+        first = 2 + len(notes)  # the page's first stream line follows its header line and the notes
         neighbours = self._views.page_neighbours(page, first_line_of_page=first)
         text = await self._views.sanitize(shown, artifact_id=artifact_id, neighbours=neighbours)
         return ToolResult(
