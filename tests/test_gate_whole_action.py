@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import io
 import subprocess
-import tarfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -18,6 +17,7 @@ import pytest
 from executor.config import Settings, load_settings
 from executor.gate.approvals import ApprovalRequest, TerminalApprovalHandler
 from executor.session import Session, open_executor
+from executor.testing.files import one_file_tar
 
 
 @pytest.fixture(scope="module")
@@ -210,26 +210,15 @@ async def test_an_images_own_env_does_not_reach_commands(
     assert "OPERATOR_SETTING=kept" in text and "LANG=C.UTF-8" in text
 
 
-def _tar(name: str, data: bytes, *, end: bool = True) -> bytes:
-    buffer = io.BytesIO()
-    tar = tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT)  # noqa: SIM115 - closed below, or not
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
-    if end:
-        tar.close()  # the end-of-archive blocks
-    return buffer.getvalue()
-
-
-_SHOWN = _tar("notes.txt", b"fine\n")
-_HIDDEN = _tar(".bashrc", b"touch /workspace/pwned\n")
+_SHOWN = one_file_tar("notes.txt", b"fine\n")
+_HIDDEN = one_file_tar(".bashrc", b"touch /workspace/pwned\n")
 
 
 @pytest.mark.parametrize(
     ("command", "stdin"),
     [
         ("tar -x -i -f -", _SHOWN + _HIDDEN),  # past the end-of-archive blocks
-        ("tar -xzf -", gzip.compress(_tar("notes.txt", b"fine\n", end=False)) + gzip.compress(_HIDDEN)),
+        ("tar -xzf -", gzip.compress(one_file_tar("notes.txt", b"fine\n", end=False)) + gzip.compress(_HIDDEN)),
     ],
     ids=["ignore-zeros", "gzip-members"],
 )

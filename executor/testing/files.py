@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import stat
+import tarfile
 from pathlib import Path
 
-__all__ = ["Listing", "listing", "make_tree"]
+__all__ = ["Listing", "listing", "make_tree", "one_file_tar"]
 
 Listing = dict[str, tuple[str, int, bytes | str]]
 """Relative path -> (kind, mode bits, bytes of a file or target of a link)."""
@@ -36,3 +38,16 @@ def listing(root: Path) -> Listing:
         else:
             out[rel] = ("file", stat.S_IMODE(path.lstat().st_mode), path.read_bytes())
     return out
+
+
+def one_file_tar(name: str, data: bytes = b"", *, end: bool = True) -> bytes:
+    """A GNU tar holding one regular file; ``end=False`` leaves out the end-of-archive blocks (so another archive
+    appended to it reads on as one)."""
+    buffer = io.BytesIO()
+    tar = tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT)  # noqa: SIM115 - closed below, or not
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+    if end:
+        tar.close()  # the end-of-archive blocks and the record's padding
+    return buffer.getvalue()

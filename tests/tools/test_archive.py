@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from executor.errors import ContentRejected, PathRejected, UnsafeTarget
-from executor.testing.files import listing, make_tree
+from executor.testing.files import listing, make_tree, one_file_tar
 from executor.tools.archive import (
     MAX_LISTED_MEMBERS,
     TarPacker,
@@ -170,16 +170,7 @@ def test_list_members_names_every_member_up_to_the_cap(tmp_path: Path) -> None:
     assert len(many) == MAX_LISTED_MEMBERS + 1 and many[-1] == "..."
 
 
-def _one_member_tar(name: str, *, end: bool = True) -> bytes:
-    buffer = io.BytesIO()
-    tar = tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT)  # noqa: SIM115 - closed below, or not
-    tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
-    if end:
-        tar.close()  # the end-of-archive blocks and the record's padding
-    return buffer.getvalue()
-
-
-_A, _B = _one_member_tar("a"), _one_member_tar("b")
+_A, _B = one_file_tar("a"), one_file_tar("b")
 
 
 @pytest.mark.parametrize(
@@ -187,11 +178,11 @@ _A, _B = _one_member_tar("a"), _one_member_tar("b")
     [
         (_A + _B, ("a", "b")),  # past the end-of-archive blocks (tar --ignore-zeros, TAR_OPTIONS)
         (_A + b"\0" * (1 << 20) + _B, ("a", "b")),
-        (gzip.compress(_one_member_tar("a", end=False)) + gzip.compress(_B), ("a", "b")),  # gzip -d reads on
+        (gzip.compress(one_file_tar("a", end=False)) + gzip.compress(_B), ("a", "b")),  # gzip -d reads on
         (gzip.compress(_A) + gzip.compress(_B), ("a", "b")),
         (bz2.compress(_A) + bz2.compress(_B), ("a", "b")),
         (lzma.compress(_A) + lzma.compress(_B), ("a", "b")),
-        (_one_member_tar("a", end=False) + b"junk" * 256 + _B, ("a", "b", "...")),  # tar skips to the next header
+        (one_file_tar("a", end=False) + b"junk" * 256 + _B, ("a", "b", "...")),  # tar skips to the next header
         (_A + b"junk" * 300, ("a", "...")),
         (b"\x28\xb5\x2f\xfd" + b"zstd data" * 50, ("...",)),  # a compression not decoded here
         (b"not a tar at all" * 100, ("...",)),
