@@ -50,6 +50,11 @@ test *args: (image "base")
     @echo "==> tests"
     @{{py}} -m pytest {{args}}
 
+# The tests that need no engine, run with none reachable: each test that needs one must carry the docker marker.
+test-no-engine *args: setup
+    @echo "==> tests marked as needing no Docker engine, with none reachable"
+    @env -u EXECUTOR_DOCKER__BASE_URL DOCKER_HOST=unix:///nonexistent/docker.sock {{py}} -m pytest -m "not docker" {{args}}
+
 # Lint, types and import layering.
 lint: setup
     {{venv}}/bin/ruff check executor tests

@@ -27,7 +27,8 @@ def settings(home: Path) -> Settings:
 
 # --- The docker marker: every test that needs the engine carries it, so `pytest -m "not docker"` runs without one --
 
-_ENGINE_FIXTURES = frozenset({"base_image", "backend_factory", "engine_runtimes", "runtime"})
+# ``either_home`` is one: its thin variant serves from the engine.
+_ENGINE_FIXTURES = frozenset({"base_image", "backend_factory", "engine_runtimes", "runtime", "either_home"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -38,6 +38,7 @@ from executor.cli import shapes
 from executor.cli._common import EXIT_USAGE, emit, emit_done, fail, progress, state
 from executor.config import parse_idle_limit
 from executor.gate.judge import api_key_from
+from executor.gate.policy import load_profile_policy
 from executor.sandbox.base import Backend, GcReport, SessionInfo, open_backend
 from executor.service.lock import clear_unserved_spools
 from executor.session import open_executor
@@ -93,6 +94,7 @@ def start(
             fail(f"--idle: {exc}", code=EXIT_USAGE, json_mode=st.json)
         idle_s = "none" if limit is None else limit
     chosen = settings.profile(profile)
+    load_profile_policy(settings.gate, chosen)  # bad input is told before the engine is asked for anything
     profile_name = profile or settings.default_profile
     shown = image or chosen.image
     progress(f"starting a session ({profile_name} profile, image {shown})", json_mode=st.json)

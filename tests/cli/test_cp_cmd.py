@@ -150,6 +150,7 @@ def test_a_trailing_slash_dot_copies_a_folders_contents(either_home: Path, tmp_p
         assert listing(tmp_path / "back") == listing(src)
 
 
+@pytest.mark.docker
 def test_a_file_name_that_is_not_utf8_goes_in_and_comes_back(either_home: Path, tmp_path: Path) -> None:
     """A host folder holding a file whose name is not UTF-8 is copied as tar carries it (bytes), both ways, on both
     paths: the archive's member list is journaled with the byte escaped (it failed as an internal error, 125)."""
@@ -192,6 +193,7 @@ def test_a_download_cut_at_the_services_bound_is_exit_2(base_image: str, tmp_pat
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.mark.docker
 def test_a_copy_to_a_session_that_does_not_exist_names_a_way_that_works(either_home: Path, tmp_path: Path) -> None:
     """cp has no --create: its missing-session message says how to start the session, not to add an option cp
     refuses (it did in-process)."""

@@ -162,6 +162,7 @@ def test_bad_input_exits_2_before_any_session(either_home: Path) -> None:
     assert ls.json()["sessions"] == []
 
 
+@pytest.mark.docker
 def test_a_paused_session_gives_exit_125_unresponsive_then_a_clear_error(home: Path) -> None:
     """The issue's reproduction: `docker pause` 'before' was printed: the call ends (outcome unresponsive, exit
     125, the output kept) instead of hanging, and the next call on that session says it is unhealthy."""
