@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import subprocess
+import tarfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from executor.config import Settings, load_settings
 from executor.gate.approvals import ApprovalRequest, TerminalApprovalHandler
@@ -233,3 +235,60 @@ async def test_an_archive_member_tar_reads_past_where_a_plain_listing_stops_is_j
         assert result.outcome in ("blocked", "denied"), result.text
         assert "start-up file" in result.text, result.text  # the hidden member is what was judged
         assert not await _exists(session, "/workspace/.bashrc")
+
+
+def _link_tar(name: str, target: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = tarfile.SYMTYPE, target
+        tar.addfile(info)
+    return buffer.getvalue()
+
+
+async def _git_repo(session: Session) -> None:
+    made = await session.bash("git init -q . && git config user.email a@b && git config user.name a")
+    assert made.outcome == "completed" and made.exit_code == 0, made.text
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["ln -s .git g", "ln -s ./.git/ g", 'ln -s "$PWD/.git" g', "cp -s .git g", "mkdir sub && ln -s ../.git sub/g"],
+)
+async def test_a_link_to_a_protected_folder_is_judged_as_a_write_to_it(
+    make_settings: Callable[..., Settings], command: str
+) -> None:
+    """Whatever is written through a link is written to what it names: a link to .git would carry a later
+    'echo ... >> g/config' (a path no rule protects) into the git config, so the link is judged as a write to .git
+    (it was allowed, and the next step wrote core.fsmonitor)."""
+    async with _session(make_settings()) as session:
+        await _git_repo(session)
+        result = await session.bash(command, approval_handler=None)
+        assert result.outcome in ("blocked", "denied"), result.text
+        assert not await _exists(session, "g") and not await _exists(session, "sub/g")
+        plain = await session.bash("ln -s /usr/bin/python3 py && ln -s README.md r", approval_handler=None)
+        assert plain.outcome == "completed", plain.text  # a link to what the session cannot write stays allowed
+
+
+async def test_an_upload_cannot_write_through_a_link(make_settings: Callable[..., Settings]) -> None:
+    """An uploaded link member is judged as a write to what it names, and an unpack into a folder whose path goes
+    through a link is refused in the container, as write_file refuses one (both wrote .git/config)."""
+    from executor.tools.archive import unpack_command
+
+    async with _session(make_settings()) as session:
+        await _git_repo(session)
+        linked = await session.bash(unpack_command("."), stdin=_link_tar("gg", ".git"), approval_handler=None)
+        assert linked.outcome in ("blocked", "denied"), linked.text
+        assert not await _exists(session, "gg")
+        # A link the gate never saw made (a checked-out repository may hold one): made from outside the executor.
+        await trio.run_process(
+            ["docker", "exec", "-w", "/workspace", session.info.container_id, "ln", "-s", ".git", "gg"]
+        )
+        before = await session.bash("cat .git/config", approval_handler=None)
+        copied = await session.bash(
+            unpack_command("gg"), stdin=one_file_tar("config", b"[alias]\n\tlg = !touch /workspace/pwned\n")
+        )
+        assert copied.outcome == "failed" and copied.exit_code == 1, copied.text
+        assert "goes through a symbolic link" in (copied.stderr or "")
+        after = await session.bash("cat .git/config", approval_handler=None)
+        assert after.stdout == before.stdout

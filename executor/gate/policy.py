@@ -79,7 +79,14 @@ from executor.config import GateSettings, Profile, parse_toml, plain_validation_
 from executor.errors import ConfigError
 from executor.gate.decision import strictest
 from executor.gate.env import ENV_CLASSES, EnvClass, classify_env, split_assignment
-from executor.gate.shell import PROGRAM_SHELLS, ParsedCommand, parse_command, resolve_target
+from executor.gate.shell import (
+    LINK_SOURCE,
+    PROGRAM_SHELLS,
+    ParsedCommand,
+    judged_written,
+    parse_command,
+    resolve_target,
+)
 from executor.models import BashAction, Decision, WriteAction
 
 __all__ = [
@@ -316,7 +323,7 @@ _SINKS = re.compile(
 
 
 def bash_write_paths(
-    parsed: ParsedCommand, *, cwd: str, home: str, members: Sequence[str] | None = None
+    parsed: ParsedCommand, *, cwd: str, home: str, workspace: str, members: Sequence[str] | None = None
 ) -> tuple[str, ...]:
     """The absolute paths a bash command may write that can be placed (see :func:`resolve_target`); device sinks
     such as ``/dev/null`` are left out. ``members``: the names of the archive a ``tar -x`` in it unpacks from its
@@ -326,15 +333,17 @@ def bash_write_paths(
     for target in parsed.write_targets:
         if members and target.via in ("tar", "bsdtar") and target.word.endswith("/*"):
             folder = target.word[:-2]
-            targets.extend(
-                dataclasses.replace(target, word=posixpath.join(folder, member))
-                for member in members
-                if member != "..."
-            )
+            for member in members:
+                if member == "...":
+                    continue
+                # tar unpacks an absolute name under the folder; an absolute link names its path as it is.
+                targets.append(dataclasses.replace(target, word=posixpath.join(folder, member.lstrip("/"))))
+                if member.startswith("/"):
+                    targets.append(dataclasses.replace(target, word=member, via=LINK_SOURCE))
     for target in targets:
         paths, _ = resolve_target(target, cwd=cwd, home=home)
         for path in paths:
-            if not _SINKS.match(path):
+            if judged_written(target, path, workspace=workspace, home=home) and not _SINKS.match(path):
                 out[path] = None
     return tuple(out)
 
@@ -425,7 +434,9 @@ class Policy:
                             justification=env_rule.justification,
                         )
                     )
-            written = bash_write_paths(parsed, cwd=action.cwd, home=self.home, members=action.stdin_members)
+            written = bash_write_paths(
+                parsed, cwd=action.cwd, home=self.home, workspace=self.workspace, members=action.stdin_members
+            )
             for path_rule in self.bash_path_rules:
                 if any(path_rule.matches(path) for path in written):
                     found.append(
@@ -674,7 +685,9 @@ def load_policy(
             (False, path_spec.examples.command_no_match),
         ):
             for example in examples:
-                written = bash_write_paths(parse_command(example), cwd=workspace.rstrip("/") or "/", home=home)
+                written = bash_write_paths(
+                    parse_command(example), cwd=workspace.rstrip("/") or "/", home=home, workspace=workspace
+                )
                 if any(path_rule.matches(target) for target in written) != wanted:
                     listed = (
                         "examples.command_match but does not match"

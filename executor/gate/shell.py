@@ -44,6 +44,7 @@ from typing import Final
 __all__ = [
     "GIT_HOOK_NAMES",
     "GIT_TREE_WRITERS",
+    "LINK_SOURCE",
     "PROGRAM_SHELLS",
     "SHELLS",
     "STARTUP_NAMES",
@@ -52,6 +53,7 @@ __all__ = [
     "WriteTarget",
     "expand_braces",
     "is_simple",
+    "judged_written",
     "parse_command",
     "resolve_target",
     "target_variants",
@@ -277,7 +279,18 @@ class WriteTarget:
     dir_unknown: bool
     """True when an earlier ``cd`` went somewhere the reading cannot know."""
     via: str
-    """What writes it: ``redirect`` or the tool's name."""
+    """What writes it: ``redirect``, the tool's name, or ``link`` for what a link it makes names."""
+
+
+def judged_written(target: WriteTarget, path: str, *, workspace: str, home: str) -> bool:
+    """Whether ``path``, a placing of ``target``, is judged as written. What a link names counts where the session
+    user writes (in the workspace or the home): a link to ``.git`` carries later writes into it, while one to
+    ``/usr/bin/python3`` carries none the image would take."""
+    if target.via != LINK_SOURCE:
+        return True
+    return any(
+        path == (root or "/") or path.startswith(root + "/") for root in (workspace.rstrip("/"), home.rstrip("/"))
+    )
 
 
 def resolve_target(target: WriteTarget, *, cwd: str, home: str) -> tuple[tuple[str, ...], bool]:
@@ -1344,6 +1357,8 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
             for source in operands:
                 if source != folder:
                     reading.target(posixpath.join(folder, posixpath.basename(source.rstrip("/")) or "*"), name)
+        if _makes_links(name, args):
+            _link_sources(reading, name, operands, folder)
     elif name == "uniq":
         files = _operands(args, "fsw", ("--skip-fields", "--skip-chars", "--check-chars"))
         if len(files) >= 2:  # 'uniq [INPUT [OUTPUT]]'
@@ -1401,6 +1416,36 @@ _COMPRESSORS = frozenset(
 """Tools that replace each named file by its (de)compressed form."""
 _COMBINED_OUTPUT = frozenset({"sort", "gcc", "cc", "clang", "ld"})
 """Tools whose ``-o FILE`` may close a cluster of short flags (``sort -uo FILE``)."""
+
+
+_CP_LINK_FLAGS: Final = frozenset({"--link", "--symbolic-link"})
+LINK_SOURCE: Final = "link"
+""":attr:`WriteTarget.via` of what a link names (see :func:`_link_sources`)."""
+
+
+def _makes_links(name: str, args: tuple[str, ...]) -> bool:
+    """Whether the command makes links (``ln``; ``cp -s``/``-l``) rather than copies: whatever is later written
+    through such a link is written to what it names."""
+    if name == "ln":
+        return True
+    return name == "cp" and any(
+        arg in _CP_LINK_FLAGS or (arg[:1] == "-" and arg[1:2] != "-" and set(arg[1:]) & set("sl")) for arg in args
+    )
+
+
+def _link_sources(reading: _Reading, name: str, operands: list[str], folder: str | None) -> None:
+    """Judge what a link names as written, since every later write through the link writes it: ``ln -s .git g``
+    then ``echo x >> g/config`` writes ``.git/config``, which no later command names. A symbolic link's text is
+    read from the link's folder (``ln -s ../.git sub/g``) and, as written, from here (over-approximated: more
+    targets only make a verdict stricter)."""
+    sources = operands if folder is not None else operands[:-1]
+    link_folder = folder if folder is not None else posixpath.dirname(operands[-1]) if len(operands) > 1 else ""
+    for source in sources:
+        if source == folder:
+            continue
+        reading.target(source, LINK_SOURCE)
+        if link_folder and not source.startswith("/"):
+            reading.target(posixpath.normpath(posixpath.join(link_folder, source)), LINK_SOURCE)
 
 
 def _operands(args: tuple[str, ...], letters: str, long_names: tuple[str, ...]) -> list[str]:

@@ -65,13 +65,22 @@ def is_contents(path: str) -> bool:
 def unpack_command(dest: str) -> str:
     """The bash command that unpacks a tar read from stdin into folder ``dest`` (made if missing).
 
-    Ownership is never taken from the archive; modes are kept as the session's umask allows.
+    Ownership is never taken from the archive; modes are kept as the session's umask allows. A ``dest`` whose path
+    goes through a symbolic link is refused (exit 1), as :meth:`write_file` refuses one.
 
     Raises:
         PathRejected: ``dest`` is empty or holds a NUL.
     """
     quoted = shlex.quote(_checked(dest, "the destination"))
-    return f"mkdir -p -- {quoted} && tar -x --no-same-owner --no-same-permissions -C {quoted} -f -"
+    # As write_file, never through a symlink on the destination's path: the gate judged the path as named.
+    refuse = (
+        f"echo {shlex.quote(f'refusing to unpack into {dest}: its path goes through a symbolic link')}"
+        f"' (name the folder it points at)' >&2; exit 1"
+    )
+    return (
+        f'[ "$(realpath -m -- {quoted})" = "$(realpath -ms -- {quoted})" ] || {{ {refuse}; }}; '
+        f"mkdir -p -- {quoted} && tar -x --no-same-owner --no-same-permissions -C {quoted} -f -"
+    )
 
 
 def pack_command(path: str) -> str:
@@ -95,7 +104,8 @@ def list_members(archive: IO[bytes]) -> tuple[str, ...]:
     """The member names of the tar that ``tar -x`` may unpack from ``archive`` (streamed: contents are skipped, never
     held), read as GNU tar can read it: past end-of-archive blocks (``--ignore-zeros``, also set by ``TAR_OPTIONS``)
     and damaged headers (it skips to the next one), through every member of a gzip, bzip2 or xz stream (``gzip -d``
-    decompresses them all, one after another). At most :data:`MAX_LISTED_MEMBERS`; a last ``...`` says that more
+    decompresses them all, one after another), and what each link member names (see :func:`_named_by_link`). At
+    most :data:`MAX_LISTED_MEMBERS`; a last ``...`` says that more
     were not listed or that some of it could not be read (a compression this does not decode, a header it cannot
     parse, data that is no tar): the gate then judges the archive unseen."""
     names: list[str] = []
@@ -105,13 +115,28 @@ def list_members(archive: IO[bytes]) -> tuple[str, ...]:
             return ("...",)
         with _Lister.open(fileobj=stream, mode="r|", ignore_zeros=True) as tar:
             for member in tar:
-                if len(names) == MAX_LISTED_MEMBERS:
-                    return (*names, "...")
-                names.append(member.name)
+                for name in (member.name, *_named_by_link(member)):
+                    if len(names) == MAX_LISTED_MEMBERS:
+                        return (*names, "...")
+                    names.append(name)
             unread = tar.unread
     except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error, lzma.LZMAError):
         return (*names, "...")
     return (*names, "...") if unread or not names else tuple(names)
+
+
+def _named_by_link(member: tarfile.TarInfo) -> tuple[str, ...]:
+    """What a link member names, listed as a member too: whatever is later written through the link is written
+    there (``gg -> .git``, then a copy into ``gg`` writes ``.git/config``). A symbolic link's text is read from its
+    own folder (absolute, it stays absolute); a hard link names a member of the archive."""
+    if member.issym():
+        target = member.linkname
+        if not target.startswith("/"):
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(member.name), target))
+        return (target,)
+    if member.islnk():
+        return (member.linkname,)
+    return ()
 
 
 class _Lister(tarfile.TarFile):

