@@ -243,6 +243,12 @@ def _index_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
             owner = args[0]
             store = owner if isinstance(owner, ArtifactStore) else getattr(owner, "_store", None)
             where = store.home / "artifacts.sqlite3" if isinstance(store, ArtifactStore) else "the artifact index"
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                # The index is whole; moving it aside would orphan every artifact.
+                raise ArtifactError(
+                    f"{where}: no space left for the artifact index ({exc}); free space under the executor's home "
+                    "and retry"
+                ) from exc
             raise ArtifactError(
                 f"{where}: the artifact index failed ({exc}); check free space, or move a damaged index aside "
                 "(a fresh one is created; stored output files stay on disk) and retry"
@@ -599,7 +605,8 @@ class ArtifactStore:
         try:
             yield self._conn
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:  # some errors (SQLITE_FULL, an I/O error) have rolled it back already
+                self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
 

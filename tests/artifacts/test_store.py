@@ -309,3 +309,17 @@ def test_an_open_waits_for_another_set_up_at_most_busy_timeout_s(home: Path) -> 
         release.join()
     finally:
         os.close(holder)
+
+
+def test_a_full_index_says_no_space_not_damaged(home: Path) -> None:
+    """An index the disk has no room for (SQLite's SQLITE_FULL) says so: it is whole, and moving it aside (the advice
+    for a damaged one) would orphan every artifact."""
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        session = store.session(new_session_id())
+        store_bytes(session, b"x")
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: as a full disk
+        with pytest.raises(ArtifactError, match="no space left for the artifact index") as exc:
+            for _ in range(10_000):
+                store_bytes(session, b"y" * 100)
+        assert "damaged" not in str(exc.value)
