@@ -704,7 +704,12 @@ class DockerBackend(Backend):
                 named = info.name is not None
                 if before_stop is not None:
                     await before_stop(info)
-                await self._remove(session_id, graceful=True, keep_volume=named)
+                # Under the name's lock, as every stop: a process finding and reaching the session by its name (an
+                # attach, a --create) holds it, and the session is not removed under it.
+                async with name_lock(self.settings.home, info.name, wait=False) as ours:
+                    if not ours:
+                        continue
+                    await self._remove(session_id, graceful=True, keep_volume=named)
             finally:
                 if held is not None:
                     os.close(held)

@@ -13,6 +13,7 @@ from executor.config import load_settings
 from executor.sandbox.base import SessionInfo
 from executor.sandbox.docker import DockerBackend
 from executor.sandbox.docker.hardening import container_name, volume_name
+from executor.sandbox.names import name_lock
 from executor.sandbox.usage import UsageMark, usage_path
 from executor.session import open_executor
 
@@ -111,3 +112,23 @@ async def test_a_command_records_the_last_use_and_start_up_clean_up_enforces_the
     finally:
         async with open_executor(settings, pool="off") as ex:
             await ex.stop_session("idl-cmd")
+
+
+async def test_an_idle_stop_leaves_a_session_whose_name_another_process_holds(backend_factory: Any, home: Path) -> None:
+    """A process finding and reaching a session by its name holds the name's lock: the idle stop leaves it (it
+    removed it between an attach's finding and reaching it, and the attach failed with 125), and takes it once
+    the name is free."""
+    profile = load_settings().profile()
+    async with backend_factory() as backend:
+        assert isinstance(backend, DockerBackend)
+        info = await backend.open_session(profile=profile, profile_name="default", name="idl-held", idle_limit_s=1.0)
+        try:
+            await _wait_idle(backend, info.id, 1.0)
+            async with name_lock(home, "idl-held"):
+                held = await backend.stop_idle()
+                while_held = await backend.find_session(info.id)
+            freed = await backend.stop_idle()
+        finally:
+            await backend.stop_session(info.id)
+    assert held.idle_stopped == () and while_held.state == "running"
+    assert freed.idle_stopped == ("idl-held",)
