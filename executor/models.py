@@ -161,9 +161,13 @@ class RunResult(_Model):
     stream_bytes: dict[str, int]
     """Bytes captured per stream (before any cap)."""
     orphans_left: tuple[ProcInfo, ...] = ()
-    """Processes the command left running when it ended."""
+    """Processes the command left running when it ended (the first 64 found, as many as fit the result frame)."""
     orphans_killed: tuple[ProcInfo, ...] = ()
-    """Of those, the ones the agent killed (``orphans = "kill"``)."""
+    """Of those, the ones the agent killed (``orphans = "kill"``), listed the same way."""
+    orphans_left_total: int = 0
+    """How many processes the command left running, also past the ones listed in ``orphans_left``."""
+    orphans_killed_total: int = 0
+    """How many of them the agent killed, also past the ones listed in ``orphans_killed``."""
     drain_cut: bool = False
     """True when the post-exit drain bound cut off a descendant still holding a pipe."""
     pids_limit_hits: int = 0

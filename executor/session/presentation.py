@@ -181,14 +181,21 @@ def limits_note(result: RunResult, profile: Profile) -> str:
 
 
 def orphans_note(result: RunResult) -> str:
-    """What the command left running, and what happened to each (empty when nothing was left)."""
-    if not result.orphans_left:
+    """What the command left running, and what happened to each (empty when nothing was left).
+
+    The agent lists at most 64 processes per list but counts them all: the header gives the true number, and a last
+    line says how many were not listed and how many in all were killed."""
+    left = max(result.orphans_left_total, len(result.orphans_left))
+    if not left:
         return ""
     killed = {proc.pid for proc in result.orphans_killed}
-    lines = [f"[{len(result.orphans_left)} process(es) left running by the command:"]
+    lines = [f"[{left} process(es) left running by the command:"]
     for proc in result.orphans_left:
         fate = "killed" if proc.pid in killed else "kept (orphans = keep)"
         lines.append(f"  pid {proc.pid}: {proc.cmd[:200]} ({fate})")
+    if unlisted := left - len(result.orphans_left):
+        killed_total = max(result.orphans_killed_total, len(result.orphans_killed))
+        lines.append(f"  ... {unlisted} more not listed; {killed_total} of the {left} killed")
     return "\n".join(lines) + "]"
 
 

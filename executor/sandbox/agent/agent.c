@@ -479,12 +479,13 @@ static int environ_has(const struct pstat *ps, const char *needle, size_t nlen)
 
 typedef int (*pid_visit)(const struct pstat *ps, void *arg);
 
-static void for_each_proc(pid_visit visit, void *arg)
+/* Visit every process but the agent; -1 when /proc cannot be listed (nothing visited). */
+static int for_each_proc(pid_visit visit, void *arg)
 {
     DIR *d = opendir("/proc");
     if (d == NULL) {
         logmsg("executor-agent: cannot open /proc: %s\n", strerror(errno));
-        return;
+        return -1;
     }
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -501,6 +502,7 @@ static void for_each_proc(pid_visit visit, void *arg)
             break;
     }
     closedir(d);
+    return 0;
 }
 
 struct proc {
@@ -508,23 +510,62 @@ struct proc {
     char cmd[CMDLINE_MAX];
 };
 
+/* A set of processes found or killed. Every pid is remembered (`all`, sorted), so membership, killing and the count
+ * never depend on the report cap; only the first MAX_REPORT added are listed with their command lines (`v`). */
 struct plist {
-    struct proc *v;
+    struct proc *v; /* listed: the first MAX_REPORT added */
     int n, cap;
-    int total; /* including the ones not listed once the list was full */
+    pid_t *all; /* every pid added, sorted */
+    int nall, acap;
+    int total; /* how many were added: the true count, also past the listing (and past a failed allocation) */
 };
+
+/* Whether `pid` is in the set; `*at` is where it is or would go in `all`. */
+static int plist_find(const struct plist *l, pid_t pid, int *at)
+{
+    int lo = 0, hi = l->nall;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (l->all[mid] < pid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *at = lo;
+    return lo < l->nall && l->all[lo] == pid;
+}
 
 static int plist_has(const struct plist *l, pid_t pid)
 {
-    for (int i = 0; i < l->n; i++)
-        if (l->v[i].pid == pid)
-            return 1;
-    return 0;
+    int at;
+    return plist_find(l, pid, &at);
 }
 
+/* Add `pid` once (a second add changes nothing). Listed with `cmd` (NULL: read from /proc now) while the listing has
+ * room. The set grows with the processes found, which the kernel bounds (pid_max, the container's pids limit); if it
+ * cannot grow, the pid is still counted, only not remembered. */
 static void plist_add_cmd(struct plist *l, pid_t pid, const char *cmd)
 {
+    int at;
+    if (plist_find(l, pid, &at))
+        return;
     l->total++;
+    int remembered = 1;
+    if (l->nall == l->acap) {
+        int nc = l->acap ? l->acap * 2 : 64;
+        pid_t *na = realloc(l->all, (size_t)nc * sizeof *na);
+        if (na == NULL) {
+            remembered = 0;
+        } else {
+            l->all = na;
+            l->acap = nc;
+        }
+    }
+    if (remembered) {
+        memmove(l->all + at + 1, l->all + at, (size_t)(l->nall - at) * sizeof *l->all);
+        l->all[at] = pid;
+        l->nall++;
+    }
     if (l->n >= MAX_REPORT)
         return;
     if (l->n == l->cap) {
@@ -543,11 +584,10 @@ static void plist_add_cmd(struct plist *l, pid_t pid, const char *cmd)
     l->n++;
 }
 
-static void plist_add(struct plist *l, pid_t pid) { plist_add_cmd(l, pid, NULL); }
-
 static void plist_free(struct plist *l)
 {
     free(l->v);
+    free(l->all);
     memset(l, 0, sizeof *l);
 }
 
@@ -608,6 +648,7 @@ struct run {
 
 static struct run *g_runs;
 static int g_kept_leftovers; /* a run or task that keeps its leftovers left some: no run has the session alone */
+static unsigned long long g_kept_since; /* the earliest start (clock ticks) among those runs and tasks; 0 unknown */
 /* Runs or tasks overlapped since the session was last quiet (no run or task live): an untagged daemon one of them
  * started could not be told apart while another was live, and is killed when the session goes quiet (quiet_sweep). */
 static int g_shared;
@@ -1163,8 +1204,8 @@ static int scan_visit(const struct pstat *ps, void *arg)
         match = 1;
     if (!match && ps->uid == opt.uid)
         match = environ_has(ps, a->needle, a->nlen);
-    if (match && !plist_has(a->found, ps->pid))
-        plist_add(a->found, ps->pid);
+    if (match)
+        plist_add_cmd(a->found, ps->pid, ""); /* a scratch set: the caller reads the command lines it lists */
     return 0;
 }
 
@@ -1177,29 +1218,28 @@ static void scan_leftovers(struct run *r, struct plist *found, const struct plis
     for_each_proc(scan_visit, &a);
 }
 
+/* Find what the run left running and, unless it keeps its leftovers, SIGKILL every one found, however many: each scan
+ * (skipping those already found) is followed by the kills, and scans repeat until one finds nothing new, so what forked
+ * in between is caught too (bounded: a fork bomb outrunning 50 rounds is left to the pids limit and the sweep). All are
+ * counted in `left`/`killed`; the first MAX_REPORT of each are listed with their command lines. */
 static void kill_leftovers(struct run *r)
 {
-    scan_leftovers(r, &r->left, NULL);
-    if (!r->kill_orphans || r->left.total == 0)
-        return;
-    for (int i = 0; i < r->left.n; i++)
-        if (kill(r->left.v[i].pid, SIGKILL) == 0)
-            plist_add_cmd(&r->killed, r->left.v[i].pid, r->left.v[i].cmd);
-    signal_group(r, SIGKILL);
-    /* Anything forked between the scan and the kill is caught by another pass (bounded). */
-    for (int round = 0; round < 5; round++) {
-        struct plist more = {0};
-        scan_leftovers(r, &more, &r->left);
-        if (more.n == 0) {
-            plist_free(&more);
+    for (int round = 0; round < 50; round++) {
+        struct plist found = {0};
+        scan_leftovers(r, &found, &r->left);
+        for (int i = 0; i < found.nall; i++) {
+            pid_t pid = found.all[i];
+            char cmd[CMDLINE_MAX] = "";
+            if (r->left.n < MAX_REPORT || (r->kill_orphans && r->killed.n < MAX_REPORT))
+                read_cmdline(pid, cmd, sizeof cmd); /* before the kill: a dead process has no cmdline */
+            plist_add_cmd(&r->left, pid, cmd);
+            if (r->kill_orphans && kill(pid, SIGKILL) == 0)
+                plist_add_cmd(&r->killed, pid, cmd);
+        }
+        int fresh = found.total;
+        plist_free(&found);
+        if (!r->kill_orphans || fresh == 0)
             break;
-        }
-        for (int i = 0; i < more.n; i++) {
-            plist_add_cmd(&r->left, more.v[i].pid, more.v[i].cmd);
-            if (kill(more.v[i].pid, SIGKILL) == 0)
-                plist_add_cmd(&r->killed, more.v[i].pid, more.v[i].cmd);
-        }
-        plist_free(&more);
         signal_group(r, SIGKILL);
     }
 }
@@ -1224,6 +1264,8 @@ static void fb_result(struct run *r, uint32_t send_max)
     fb_int(G_PIDS_MAX_HITS, (int64_t)r->pids_max_hits);
     if (r->cause != NULL && strcmp(r->cause, "oom") == 0)
         fb_int(G_SHMEM_BYTES, (int64_t)read_shmem_bytes());
+    fb_int(G_ORPHAN_LEFT_TOTAL, r->left.total);
+    fb_int(G_ORPHAN_KILLED_TOTAL, r->killed.total);
     for (int i = 0; i < r->left.n && fb_room(send_max) > 2 * (TLV_HDR + 8 + CMDLINE_MAX) + 512; i++)
         fb_proc(G_ORPHAN_LEFT, r->left.v[i].pid, r->left.v[i].cmd);
     for (int i = 0; i < r->killed.n && fb_room(send_max) > 2 * (TLV_HDR + 8 + CMDLINE_MAX) + 512; i++)
@@ -1256,8 +1298,12 @@ static void finish_run(struct run *r)
     r->drain_cut = cut;
     r->duration_us = now_us() - r->start_us;
     kill_leftovers(r);
-    if (!r->kill_orphans && r->left.n > 0)
-        g_kept_leftovers = 1; /* they may start processes at any time from now on */
+    if (!r->kill_orphans && r->left.total > 0) {
+        /* they may start processes at any time from now on, until they are gone (kept_refresh) */
+        if (!g_kept_leftovers || r->start_ticks < g_kept_since)
+            g_kept_since = r->start_ticks;
+        g_kept_leftovers = 1;
+    }
     quiet_sweep(r);
     uint64_t oom_delta = read_oom_kills() - r->oom_before;
     r->pids_max_hits = read_pids_max_events() - r->pids_max_before;
@@ -1571,6 +1617,28 @@ static void kill_descendants(struct plist *killed, int session_user_only, unsign
     }
 }
 
+static int kept_visit(const struct pstat *ps, void *arg)
+{
+    if (pstat_gone(ps) || ps->uid != opt.uid || ps->ppid == 0 || ps->start < g_kept_since)
+        return 0;
+    *(int *)arg = 1;
+    return 1;
+}
+
+/* Kept leftovers end when they are gone. Everything they can have started, tagged or not, directly or through a child
+ * that has since died, is a process of the session user started since the first run or task that kept some: when no
+ * such process is left (a STOP killed them, they exited), nothing can start processes on their behalf any more and
+ * runs have the session alone again. Any other such process (a live run's, a daemon a quiet sweep could not attribute)
+ * keeps the state, which only errs towards killing less. */
+static void kept_refresh(void)
+{
+    if (!g_kept_leftovers)
+        return;
+    int found = 0;
+    if (for_each_proc(kept_visit, &found) == 0 && !found)
+        g_kept_leftovers = 0;
+}
+
 /* ---------------------------------------------------------------- requests */
 
 static void handle_run(struct conn *c, const struct frame_view *f, int detached)
@@ -1621,6 +1689,11 @@ static void handle_run(struct conn *c, const struct frame_view *f, int detached)
         run_req_free(&req);
         return;
     }
+    int live = 0;
+    for (struct run *o = g_runs; o != NULL && !live; o = o->next)
+        live = !o->finished;
+    if (!live)
+        kept_refresh(); /* before the spawn: the new shell is such a process itself */
     if (spawn(r, &req, err, sizeof err) != 0) {
         send_error(c, f->id, "spawn_failed", err);
         free_run(r);

@@ -81,6 +81,8 @@ enum {
     G_SHELL = 31,
     G_PIDS_MAX_HITS = 32,
     G_SHMEM_BYTES = 33,
+    G_ORPHAN_LEFT_TOTAL = 34,   /* how many were left, also past the ones listed */
+    G_ORPHAN_KILLED_TOTAL = 35, /* how many were killed, also past the ones listed */
     G_DATA = 40,
     G_START = 41,
     G_END = 42,

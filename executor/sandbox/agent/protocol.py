@@ -113,6 +113,8 @@ class Tag(IntEnum):
     SHELL = 31
     PIDS_MAX_HITS = 32
     SHMEM_BYTES = 33
+    ORPHAN_LEFT_TOTAL = 34
+    ORPHAN_KILLED_TOTAL = 35
     DATA = 40
     START = 41
     END = 42
@@ -323,6 +325,7 @@ def decode_result(fields: Fields) -> RunResult:
     cause = fields.text(Tag.CAUSE)
     if cause not in _CAUSES:
         raise AgentProtocolError(f"unknown cause of death {cause!r} from the agent")
+    left, killed = decode_procs(fields, Tag.ORPHAN_LEFT), decode_procs(fields, Tag.ORPHAN_KILLED)
     return RunResult(
         cause=cast(Cause, cause),
         exit_code=fields.integer(Tag.EXIT_CODE),
@@ -331,8 +334,10 @@ def decode_result(fields: Fields) -> RunResult:
         cpu_ms=fields.need_int(Tag.CPU_US) / 1000.0,
         max_rss_kb=fields.need_int(Tag.MAXRSS_KB),
         stream_bytes={"stdout": fields.need_int(Tag.BYTES_OUT), "stderr": fields.need_int(Tag.BYTES_ERR)},
-        orphans_left=decode_procs(fields, Tag.ORPHAN_LEFT),
-        orphans_killed=decode_procs(fields, Tag.ORPHAN_KILLED),
+        orphans_left=left,
+        orphans_killed=killed,
+        orphans_left_total=max(fields.integer(Tag.ORPHAN_LEFT_TOTAL, 0) or 0, len(left)),
+        orphans_killed_total=max(fields.integer(Tag.ORPHAN_KILLED_TOTAL, 0) or 0, len(killed)),
         drain_cut=bool(fields.integer(Tag.DRAIN_CUT, 0)),
         pids_limit_hits=fields.integer(Tag.PIDS_MAX_HITS, 0) or 0,
         tmpfs_bytes=fields.integer(Tag.SHMEM_BYTES),

@@ -189,6 +189,78 @@ async def test_stopping_a_task_stops_what_it_left_running(session: Session) -> N
     assert "alive=0" in (await session.bash(_alive("1000"))).text
 
 
+def _skip_mass_daemons_under_runsc(runtime: str) -> None:
+    if runtime == "runsc":
+        # Seen here with the agent before and after the report cap was lifted alike: a command that starts 100 or
+        # more setsid daemons under gVisor loses the sandbox (the run ends as sandbox_lost), 20 do not.
+        pytest.skip("a hundred setsid daemons lose the gVisor sandbox itself (agent-independent)")
+
+
+async def test_every_leftover_is_killed_however_many_and_the_result_counts_them_all(
+    session: Session, runtime: str
+) -> None:
+    """A command that leaves 450 setsid daemons (far more than the 64 a result lists) has every one killed, and the
+    result and its view give the true count while listing 64."""
+    _skip_mass_daemons_under_runsc(runtime)
+    started = await session.bash(
+        "for i in $(seq 450); do setsid sleep 1234 </dev/null >/dev/null 2>&1 & done;"
+        f" until {_alive('1234')} | grep -q alive=450; do sleep 0.05; done"  # all out of the group: escapees
+    )
+    assert started.run is not None, started.text
+    assert "alive=0" in (await session.bash(_alive("1234"))).text
+    run = started.run
+    assert (run.orphans_left_total, run.orphans_killed_total) == (450, 450), run
+    assert (len(run.orphans_left), len(run.orphans_killed)) == (64, 64)
+    assert "[450 process(es) left running by the command:" in started.text
+    assert "386 more not listed; 450 of the 450 killed" in started.text
+
+
+async def test_stopping_a_task_kills_all_it_left_however_many(session: Session, runtime: str) -> None:
+    """Stopping an ended task that left 300 setsid daemons kills all of them, not only the first 64 it listed."""
+    _skip_mass_daemons_under_runsc(runtime)
+    task = await session.start_task(
+        "for i in $(seq 300); do setsid sleep 1235 </dev/null >/dev/null 2>&1 & done;"
+        f" until {_alive('1235')} | grep -q alive=300; do sleep 0.05; done"
+    )
+    task_id = str((task.data or {})["task_id"])
+    await _until_ended(session, task_id)
+    assert "alive=300" in (await session.bash(_alive("1235"))).text  # kept while nobody stops the task
+    stopped = await session.stop_task(task_id)
+    assert stopped.result is not None and stopped.result.orphans_killed_total == 300, stopped.result
+    assert "alive=0" in (await session.bash(_alive("1235"))).text
+
+
+async def test_a_command_has_the_session_alone_again_once_a_stopped_tasks_leftovers_are_gone(
+    session: Session,
+) -> None:
+    """A task that kept a daemon keeps later commands from owning untagged processes only while that daemon lives: once
+    stopping the task killed it, a later command's `env -i` daemon is its leftover again, killed and listed."""
+    task = await session.start_task("setsid sleep 1236 </dev/null >/dev/null 2>&1 & echo bg")
+    task_id = str((task.data or {})["task_id"])
+    await _until_ended(session, task_id)
+    stopped = await session.stop_task(task_id)
+    assert stopped.result is not None and any("sleep 1236" in p.cmd for p in stopped.result.orphans_killed)
+    later = await session.bash("setsid env -i sleep 1237 </dev/null >/dev/null 2>&1 & echo ok")
+    assert later.run is not None and any("sleep 1237" in p.cmd for p in later.run.orphans_killed), later.run
+    assert "alive=0" in (await session.bash(_alive("1237"))).text
+
+
+async def test_a_kept_daemon_still_running_keeps_later_commands_from_owning_untagged_processes(
+    session: Session,
+) -> None:
+    """While a task's kept daemon lives (it may start workers at any time), a later command does not take an untagged
+    process started during it: the daemon's worker lives on."""
+    daemon = "while :; do if [ -e /tmp/spawn ]; then rm /tmp/spawn; env -i sleep 1238 & fi; sleep 0.02; done\n"
+    assert (await session.bash(f"printf '%s' '{daemon}' > /tmp/daemon.sh")).outcome == "completed"
+    task = await session.start_task("setsid bash /tmp/daemon.sh </dev/null >/dev/null 2>&1 & echo bg")
+    task_id = str((task.data or {})["task_id"])
+    await _until_ended(session, task_id)
+    later = await session.bash(f"touch /tmp/spawn; until {_alive('1238')} | grep -q alive=1; do sleep 0.02; done")
+    assert later.run is not None and not any("sleep 1238" in p.cmd for p in later.run.orphans_killed), later.run
+    assert "alive=1" in (await session.bash(_alive("1238"))).text
+    await session.stop_task(task_id)
+
+
 async def test_an_untagged_daemon_is_killed_when_its_command_ends(session: Session) -> None:
     """Daemons started without the run tag (`env -i`, `env -u EXECUTOR_RUN_TAG`, setsid'd out of the group) by a
     command that had the session to itself are its leftovers all the same: killed when it ends, and listed."""

@@ -132,6 +132,27 @@ def test_result_decoding() -> None:
         decode_result(Fields(encode_fields([(Tag.CAUSE, "bored"), *base])))
 
 
+def test_result_totals_count_past_the_listing() -> None:
+    """The true counts of leftovers come from their own fields; without them the listed ones are counted."""
+    base: list[tuple[int, protocol.FieldValue]] = [
+        (Tag.CAUSE, "exited"),
+        (Tag.EXIT_CODE, 0),
+        (Tag.DURATION_US, 1),
+        (Tag.CPU_US, 1),
+        (Tag.MAXRSS_KB, 1),
+        (Tag.BYTES_OUT, 0),
+        (Tag.BYTES_ERR, 0),
+        (Tag.ORPHAN_LEFT, (12).to_bytes(8, "big") + b"sleep 30"),
+        (Tag.ORPHAN_KILLED, (12).to_bytes(8, "big") + b"sleep 30"),
+    ]
+    counted = decode_result(
+        Fields(encode_fields([*base, (Tag.ORPHAN_LEFT_TOTAL, 450), (Tag.ORPHAN_KILLED_TOTAL, 449)]))
+    )
+    assert (counted.orphans_left_total, counted.orphans_killed_total, len(counted.orphans_left)) == (450, 449, 1)
+    listed = decode_result(Fields(encode_fields(base)))
+    assert (listed.orphans_left_total, listed.orphans_killed_total) == (1, 1)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2000))
 def test_random_bytes_raise_only_protocol_errors(data: bytes) -> None:
