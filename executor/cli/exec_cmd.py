@@ -35,7 +35,7 @@ Exit codes:
      "action_id": str|null,
      "text": str,                    # the presented view, as printed without --json
      "run": {"cause", "exit_code", "signal", "duration_ms", "cpu_ms", "max_rss_kb", "stream_bytes",
-             "orphans_left", "orphans_killed", "drain_cut"} | null,
+             "orphans_left", "orphans_killed", "orphans_left_total", "orphans_killed_total", "drain_cut"} | null,
      "stdout": str,                  # the command's raw stdout (not sanitized; UTF-8, an invalid byte as U+FFFD),
                                      # its first service.result_stream_max_bytes bytes
      "stdout_complete": bool,        # whether "stdout" is the whole stream (else read the artifact)

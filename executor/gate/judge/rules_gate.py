@@ -21,6 +21,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from executor.gate.env import risky_env
 from executor.gate.policy import git_dir_alias
@@ -396,11 +397,26 @@ def _assess_inline_code(parsed: ParsedCommand, findings: Findings, *, cwd: str) 
         _assess_code(interpreter, code, findings, in_git=in_git)
 
 
+_JOINED_LITERALS: Final = re.compile(r"""(["'])\s{0,8}(?:\+|\.\.?|,|\s)?\s{0,8}["']""")
+"""Where two string literals meet (``'.gi' + 't'``, perl's ``.``, lua's ``..``, awk's and C's juxtaposition, a
+list for ``join``): removed, the code reads as the name its parts spell."""
+_SPELLED_CHARS: Final = re.compile(
+    r"\\x[2-7][0-9a-fA-F]|\\(?:0?[4-7][0-7]|1[0-7][0-7])|\\u00[2-7][0-9a-fA-F]|\bchr\s{0,4}\(|fromCharCode|\[::-1\]"
+)
+"""Printable characters spelled by number (``\\x2e``, ``chr(46)``) or text reversed: a name built so that no
+literal shows it. Escapes of control characters (``\\x1b`` for colours) are ordinary and not counted."""
+
+
 def _assess_code(interpreter: str, code: str, findings: Findings, *, in_git: bool) -> None:
-    """Raise levels for a program an interpreter runs, by what its text names."""
-    if _CODE_SENSITIVE.search(code) or (in_git and _CODE_REACH.search(code)):
+    """Raise levels for a program an interpreter runs, by what its text names, read also with its string literals
+    joined (``'.gi' + 't/hooks'`` names ``.git/hooks``); code that can write and spells characters by number or
+    reverses text hides what it names."""
+    joined = _JOINED_LITERALS.sub("", code)
+    if _CODE_REACH.search(code) and _SPELLED_CHARS.search(code):
+        findings.raise_to("obfuscation", 2, f"{interpreter} code spells characters by number or reverses text")
+    if _CODE_SENSITIVE.search(joined) or (in_git and _CODE_REACH.search(code)):
         findings.raise_to("sensitive_path", 3, f"{interpreter} code names git hooks, git config or a git directory")
-    elif _CODE_STARTUP.search(code):
+    elif _CODE_STARTUP.search(joined):
         findings.raise_to("sensitive_path", 2, f"{interpreter} code names shell start-up or ssh files")
     elif _CODE_REACH.search(code):
         findings.raise_to(

@@ -49,6 +49,17 @@ def _request(command: str, sandbox: dict[str, str] | None = None) -> JudgmentReq
         ("tr '\\0' ' ' < /proc/1/cmdline", "sensitive_path", 0),
         ("cat <<EOF > notes.txt", "sensitive_path", 0),
         ("echo x >> /etc/passwd", "sensitive_path", 2),
+        # Code whose string literals spell a protected name only once joined, or that spells characters by number.
+        ("python3 -c \"p='.gi'+'t/hoo'+'ks/pre-commit';open(p,'w')\"", "sensitive_path", 3),
+        ('perl -e \'open(F,">>",".gi"."t/con"."fig")\'', "sensitive_path", 3),
+        ('awk \'BEGIN{print "x" > ".gi" "t/hoo" "ks/pre-commit"}\'', "sensitive_path", 3),
+        ('lua -e \'io.open(".gi".."t/config", "a")\'', "sensitive_path", 3),
+        ("python3 -c \"''.join(['.b','ashrc'])\"", "sensitive_path", 2),
+        ("python3 -c \"open(chr(46)+'x','a')\"", "obfuscation", 2),
+        ("python3 -c \"open('\\x2egit','a')\"", "obfuscation", 2),
+        ("python3 -c \"open('x'[::-1],'a')\"", "obfuscation", 2),
+        ("python3 -c \"import sys; sys.stdout.write('\\x1b[31mred')\"", "obfuscation", 1),  # colours: not 2
+        ("python3 -c \"open('out.txt','w').write('a' + 'b')\"", "sensitive_path", 1),
     ],
 )
 async def test_gate_rules_raise_the_expected_level(command: str, question: str, level: int) -> None:
