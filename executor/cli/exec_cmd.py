@@ -288,9 +288,8 @@ class RawTee:
 
 
 def reason_line(result: ToolResult) -> str:
-    """The one stderr line saying why the executor ended a call (the view's first line)."""
-    first = next((line for line in result.text.splitlines() if line.strip()), result.outcome)
-    return f"executor: {result.outcome}: {' '.join(first.split())}"
+    """The one stderr line saying why the executor ended a call (see :func:`shapes.reason_line`)."""
+    return shapes.reason_line(result.outcome, result.text)
 
 
 def exec_command(

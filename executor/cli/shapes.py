@@ -378,3 +378,18 @@ def session_table(infos: Iterable[Mapping[str, Any]], *, now: float | None = Non
             f"{_span(info.get('idle_s')):>5} {_escape(owner):12} {_escape(image)}"
         )
     return "\n".join(rows)
+
+
+def reason_line(outcome: str, text: str) -> str:
+    """The one stderr line saying why the executor ended a call: the view's first line, and for a gated call the
+    reasons listed under it (``- policy rule ...``), so a denial says which rule without ``--view``."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return f"executor: {outcome}: {outcome}"
+    parts = [" ".join(lines[0].split())]
+    if outcome in ("denied", "blocked"):
+        for line in lines[1:]:
+            if not line.startswith("- "):
+                break
+            parts.append(" ".join(line[2:].split()))
+    return f"executor: {outcome}: " + "; ".join(parts)

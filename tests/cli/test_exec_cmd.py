@@ -118,6 +118,7 @@ def test_exit_codes_in_a_named_session(either_home: Path) -> None:
         denied_raw = cli(home, "exec", "--session", name, "--", "rm -rf /")
         assert (denied_raw.code, denied_raw.stdout) == (77, "")
         assert denied_raw.stderr.startswith("executor: denied: ") and denied_raw.stderr.count("\n") == 1
+        assert "recursive-delete-of-root-or-home" in denied_raw.stderr  # the rule, not only "nothing ran"
 
         blocked = cli(home, "exec", "--session", name, "--json", "--", "git reset --hard HEAD~3")
         assert blocked.code == 75

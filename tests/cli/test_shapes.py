@@ -129,3 +129,16 @@ def test_the_thin_path_loads_only_the_standard_library() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_reason_line_of_a_gated_call_names_its_reasons() -> None:
+    """A denial's stderr line carries the reasons listed under the view's first line; other outcomes keep the first
+    line alone, and an empty view names the outcome."""
+    denied = "[denied: nothing ran]\n- policy rule 'x' (deny):  Because.\n- rules: sudo\nDo not retry this action."
+    assert shapes.reason_line("denied", denied) == (
+        "executor: denied: [denied: nothing ran]; policy rule 'x' (deny): Because.; rules: sudo"
+    )
+    assert shapes.reason_line("timeout", "[timed out after 3 ms]\n- not a reason") == (
+        "executor: timeout: [timed out after 3 ms]"
+    )
+    assert shapes.reason_line("error", "") == "executor: error: error"

@@ -471,13 +471,6 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
             client.conn.close()  # mid-stream: the next request needs a fresh connection
 
 
-def _reason_line(result: Mapping[str, Any]) -> str:
-    for line in str(result.get("text", "")).splitlines():
-        if line.strip():
-            return " ".join(line.split())
-    return str(result.get("outcome"))
-
-
 def _exec(client: _Client, parsed: Parsed) -> int:
     out = client.out
     script = _command_text(parsed.words, "executor exec -- COMMAND...")
@@ -538,7 +531,7 @@ def _exec(client: _Client, parsed: Parsed) -> int:
             f"artifact {result.get('artifact_id')} has them: `executor output read {result.get('artifact_id')}`\n"
         )
     if outcome not in ("completed", "failed"):
-        sys.stderr.write(f"executor: {outcome}: {_reason_line(result)}\n")
+        sys.stderr.write(shapes.reason_line(str(outcome), str(result.get("text", ""))) + "\n")
     sys.stderr.flush()
     return code
 
