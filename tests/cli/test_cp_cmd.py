@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -86,6 +87,10 @@ def test_unsafe_archive_and_missing_path(either_home: Path, tmp_path: Path) -> N
         missing = cli(home, "--json", "cp", f"{name}:nope", str(tmp_path / "dest"))
         assert missing.code == 1 and "Cannot stat" in missing.json()["text"]
         assert missing.json()["outcome"] == "failed"
+        hint = re.search(r"executor (output read \S+ --stream stderr)", missing.json()["text"])
+        assert hint is not None, missing.json()["text"]
+        followed = cli(home, *hint.group(1).split())  # the hint, as written, shows tar's message
+        assert followed.code == 0 and "Cannot stat" in followed.stdout, followed.stdout + followed.stderr
         unknown = cli(home, "cp", "nosuch-session-x:a", str(tmp_path / "dest"))
         assert unknown.code == 2 and "nosuch-session-x" in unknown.stderr
 

@@ -117,9 +117,11 @@ def copied_text(stats: ArchiveStats, into: str) -> str:
 
 
 def failed_text(stderr: str, exit_code: object, artifact_id: object) -> str:
-    """What a copy that tar failed prints."""
+    """What a copy that tar failed prints; the hint reads tar's messages (its stdout is the archive, or nothing)."""
     said = stderr.strip() or f"tar exited {exit_code}"
-    return f"the copy failed in the session: {said}\n(its output: executor output read {artifact_id})"
+    return (
+        f"the copy failed in the session: {said}\n(tar's messages: executor output read {artifact_id} --stream stderr)"
+    )
 
 
 def code_of(outcome: str, exit_code: int | None) -> int:
