@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 
@@ -50,6 +52,24 @@ PoolMode = Literal["api", "service", "off"]
 service), or none."""
 
 _CLEANUP_BUDGET_S: Final = 10.0
+
+
+@contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT; the CLI turns SIGTERM and SIGHUP into it) off while a session that is not kept is removed,
+    at most :data:`_CLEANUP_BUDGET_S`: a second Ctrl-C in the middle of the removal left the container and its volume
+    behind. Only on the main thread (where signal handlers live); the previous handler is back afterwards."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 _T = TypeVar("_T")
 
 
@@ -201,7 +221,7 @@ class Executor:
             finally:
                 entry.released.set()
                 if not keep:
-                    with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
+                    with _uninterrupted(), trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
                         await self.backend.stop_session(info.id)
             return
         async with self.name_lock(name):
@@ -230,7 +250,7 @@ class Executor:
                 yield session
         finally:
             if not keep:
-                with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
+                with _uninterrupted(), trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_BUDGET_S):
                     await self.backend.stop_session(info.id)
 
     @asynccontextmanager

@@ -405,6 +405,32 @@ def test_sigterm_or_sighup_ends_an_exec_as_ctrl_c_does(either_home: Path, signum
         time.sleep(0.2)
 
 
+@pytest.mark.docker
+def test_ctrl_c_pressed_again_during_the_clean_up_still_removes_the_session(home: Path) -> None:
+    """Ctrl-C held down (SIGINT after SIGINT until the CLI exits) ends the call with 130 and still removes its
+    throwaway session: the second one used to land in the removal, which stopped half-way and left the container and
+    its volume behind."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "executor.cli", "exec", "--", "echo started; sleep 300"],
+        env=cli_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == b"started\n"
+        assert home_containers(home) != []
+        deadline = time.monotonic() + 120
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "the CLI did not exit"
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)  # a key held down repeats: the signals keep coming until the process is gone
+        # 130, or killed by the signal itself (a shell's $? is 130 either way) when one lands as Python exits.
+        assert proc.returncode in (130, -signal.SIGINT)
+        assert b"Traceback" not in proc.stderr.read()
+    assert home_containers(home) == [], "the throwaway session was left behind"
+
+
 def home_containers(home: Path) -> list[str]:
     """The ids of the containers of ``home``'s sessions (by their home label), but for a service's warm pools."""
     found = subprocess.run(
