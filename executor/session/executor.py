@@ -268,6 +268,9 @@ class Executor:
         recreate the container of a stopped named session on its kept workspace (with ``idle_s`` as its idle limit;
         None keeps the stopped session's own, else ``sessions.idle_s``). A well-formed session id is never created.
 
+        ``owner``: who asks; None is the home's operator, who may use every owner's session (as the service's unix
+        socket may); a token's owner only its own.
+
         Raises:
             SessionNotFound: no such session, or it belongs to another owner.
             SessionNotRunning: a stopped named session, asked for without ``create`` (or by its id): the message says

@@ -42,8 +42,10 @@ __all__ = ["Execution", "Gatekeeper", "Refusal", "owner_matches"]
 
 
 def owner_matches(expected: str | None, given: str | None) -> bool:
-    """Whether ``given`` may act for a resource owned by ``expected`` (None: unowned; compared in constant time)."""
-    if expected is None:
+    """Whether ``given`` may act for a resource owned by ``expected`` (None: unowned; compared in constant time).
+    A ``given`` of None is the home's operator (the in-process CLI and API, the service's unix socket), who may act
+    for every owner, as :func:`executor.service.core.owns` lets the socket's caller: it lists them all already."""
+    if expected is None or given is None:
         return True
     return given is not None and secrets.compare_digest(expected, given)
 

@@ -89,7 +89,7 @@ class BackgroundTasks:
     def _task(self, task_id: str, owner: str | None) -> TaskRecord:
         record = self._artifacts.task(task_id)
         # The owner token is opaque: it is compared only when the caller (a surface's access policy) passes one.
-        if record is None or (owner is not None and not owner_matches(record.owner, owner)):
+        if record is None or not owner_matches(record.owner, owner):
             raise TaskNotFound(f"no background task {task_id!r} in this session (the session's task list shows yours)")
         return record
 
@@ -352,7 +352,7 @@ class BackgroundTasks:
         out: list[TaskInfo] = []
         for task in await self._client.list_tasks():
             record = records.get(task.task_id)
-            if record is None or (owner is not None and not owner_matches(record.owner, owner)):
+            if record is None or not owner_matches(record.owner, owner):
                 continue
             # How an ended task ended: an empty read carries its result (no bytes move).
             result = None if task.running else (await self._client.read_task(task.task_id, "stdout", 0, 0)).result

@@ -21,6 +21,7 @@ from executor.errors import (
     ContentRejected,
     OutputRangeError,
     SessionClosed,
+    SessionNotFound,
     TaskNotFound,
     UnsafeTarget,
     WriteFailed,
@@ -371,3 +372,24 @@ async def test_bash_streams_stdin_from_a_host_file_bound_to_its_hash(engine_sett
         lines = [json.loads(line) for line in session.journal_path.read_text().splitlines()]
         prepared = [e for e in lines if e["type"] == "action_prepared"]
         assert prepared[-1]["action"]["stdin_sha256"] == digest
+
+
+@pytest.mark.docker
+async def test_the_homes_operator_may_use_every_owners_session_and_a_token_only_its_own(
+    engine_settings: Settings,
+) -> None:
+    """An owner of None is the home's operator (the in-process CLI and API, as the service's unix socket): it uses
+    and stops a session a service token made (the in-process CLI listed it, then said it did not exist); another
+    token still finds no such session."""
+    async with open_executor(engine_settings, pool="off") as ex:
+        async with ex.open_session(name="own-a", owner="token-a", keep=True):
+            pass
+        try:
+            with pytest.raises(SessionNotFound):
+                async with ex.attach_session("own-a", owner="token-b"):
+                    pass
+            async with ex.attach_session("own-a") as session:
+                assert (await session.bash("echo operator")).stdout == "operator\n"
+        finally:
+            await ex.stop_session("own-a")
+        assert [info for info in await ex.list_sessions() if info.name == "own-a"] == []
