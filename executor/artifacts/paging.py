@@ -12,6 +12,7 @@ most one checkpoint interval, and the :class:`LineReader` holds at most one bloc
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +29,7 @@ __all__ = [
     "LineReader",
     "MemorySource",
     "Segment",
+    "byte_page",
     "read_page",
     "safe_cut",
 ]
@@ -148,6 +150,71 @@ def safe_cut(data: bytes, cut: int) -> int:
                 return i
             return cut
     return cut
+
+
+def _display_chars(data: bytes) -> int:
+    return len(display(data))
+
+
+def byte_page(data: bytes, *, budget_chars: int, more: bool, measure: Callable[[bytes], int] = _display_chars) -> int:
+    """How many bytes of ``data`` (a stream's bytes from some offset: a background task's read) one page shows.
+
+    All of ``data`` when it fits ``budget_chars``; else the whole lines that fit, or, when not even the first line
+    fits, the longest part of it that does. The page never ends inside a valid UTF-8 character: ``more`` says that
+    bytes follow ``data`` (or may still come), so a character that ``data``'s end cuts is left for the next page.
+    Every byte past the returned count is shown by the page that starts there: following the counts shows each
+    byte exactly once. Non-empty ``data`` always gives at least one byte (a page always moves on).
+
+    Args:
+        data: the bytes read (at most what the caller asked for).
+        budget_chars: display characters one page may take (at least 16).
+        more: bytes follow ``data`` in the stream, or the stream may still grow.
+        measure: how many characters the presented page spends on some bytes (by default their display form,
+            ``\\xNN`` for a byte that is not UTF-8); applied to whole lines, and to prefixes of one line.
+    """
+    if budget_chars < 16:
+        raise ValueError("budget_chars must be at least 16")
+    used = 0
+    cut = 0
+    while cut < len(data):
+        newline = data.find(b"\n", cut)
+        end = len(data) if newline < 0 else newline + 1
+        chars = measure(data[cut:end])
+        if used + chars > budget_chars:
+            break
+        used += chars
+        cut = end
+    if cut == 0 and data:
+        # Not even the first line fits: its longest prefix that does, cut between characters. The measure of a
+        # prefix need not grow with it (a long run of one escaped character is shown collapsed), so the search
+        # keeps a prefix it has measured to fit.
+        newline = data.find(b"\n")
+        line = data if newline < 0 else data[: newline + 1]
+        low, high = 1, len(line)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if measure(line[: safe_cut(data, middle) or middle]) <= budget_chars:
+                low = middle
+            else:
+                high = middle - 1
+        return safe_cut(data, low) or low
+    if cut < len(data):
+        return cut  # ends on a line's end
+    if more:
+        whole = _whole_characters(data)
+        return whole or len(data)
+    return len(data)
+
+
+def _whole_characters(data: bytes) -> int:
+    """How many bytes of ``data`` end on a UTF-8 character's boundary: its length less a last character that is
+    cut (at most three bytes of a started sequence); bytes that are not UTF-8 are left as they are."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # the last lead (or ASCII) byte
+            needed = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+            return len(data) - back if needed > back else len(data)
+    return len(data)
 
 
 class CheckpointTracker:

@@ -55,6 +55,7 @@ __all__ = [
     "SanitizedView",
     "build_sanitize_request",
     "credential_redactor",
+    "escaped",
     "flagged_lines",
     "instruction_lines",
     "judged_view",
@@ -220,6 +221,12 @@ def _escape(text: str, counts: Counter[str]) -> str:
         return shown * len(run)
 
     return _SCAN.sub(replace, stripped)
+
+
+def escaped(text: str) -> str:
+    """``text`` with its special characters written as :func:`sanitize` shows them (``\\x01``, ``<U+200B>``,
+    runs collapsed, colours dropped): what a view of it spends, before markers and redactions."""
+    return _escape(text, Counter())
 
 
 # --- instruction-like text ------------------------------------------------------------------------------------

@@ -91,9 +91,10 @@ are checked and approved like bash commands."""
 
 TASK_READ_DOC = """\
 Read a background task's output from a byte offset (`offset`, 0 at the start) of `stream` ("stdout" or
-"stderr"), up to `max_bytes`. The result says the next offset to pass to continue, and whether the task is still
-running (with its exit status once it has ended). Once it has ended, its complete output also stays readable with
-read_output / search_output on the task's artifact_id."""
+"stderr"), up to `max_bytes` (a page also stops at the display budget, after a line). The result says the next
+offset to pass to continue (following it reads every byte once), and whether the task is still running (with its
+exit status once it has ended). Once it has ended, its complete output also stays readable with read_output /
+search_output on the task's artifact_id."""
 
 TASK_STOP_DOC = """\
 Stop a background task: its whole process group is terminated (then killed after a grace period). Its output

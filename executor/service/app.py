@@ -693,15 +693,11 @@ class _Api:
         session = held.session
 
         async def page(offset: int) -> tuple[ToolResult, TaskBytes]:
-            """A page's exact bytes (any bytes, UTF-8 or not) and the read's result for the same range."""
+            """A page as ``task`` read presents it, and the exact bytes it shows (any bytes, UTF-8 or not)."""
             async with self.service.using(held):
-                raw = await session.read_task_bytes(
+                return await session.read_task_page(
                     task_id, stream=query.stream, offset=offset, max_bytes=query.max_bytes, owner=owner
                 )
-                view = await session.read_task(
-                    task_id, stream=query.stream, offset=raw.offset, max_bytes=len(raw.data), owner=owner
-                )
-            return view, raw
 
         if not query.follow:
             view, raw = await page(query.offset)

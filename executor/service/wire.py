@@ -209,8 +209,9 @@ class TaskPage(Result):
     and the page's exact bytes."""
 
     raw: Base64Bytes = b""
-    """The page's raw bytes (base64), ``data.offset`` to ``data.next_offset`` of the stream, any bytes, UTF-8 or not;
-    a page is bounded by ``max_bytes`` (``data.next_offset`` continues)."""
+    """The page's raw bytes (base64), ``data.offset`` to ``data.next_offset`` of the stream, any bytes, UTF-8 or not:
+    the bytes ``text`` shows. A page is bounded by ``max_bytes`` and by the display budget
+    (``artifacts.display_max_chars``; ``data.next_offset`` continues)."""
 
 
 class ExecResult(Result):

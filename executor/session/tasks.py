@@ -17,6 +17,7 @@ from typing import Final, Literal
 import trio
 
 from executor.artifacts import Capture, SessionArtifacts, TaskRecord
+from executor.artifacts.paging import byte_page
 from executor.errors import (
     AgentError,
     CommandRejected,
@@ -25,6 +26,7 @@ from executor.errors import (
     SessionUnhealthy,
     TaskNotFound,
 )
+from executor.focus.sanitize import escaped
 from executor.journal import JournalWriter
 from executor.journal.events import ExecutionFinished, ExecutionStarted
 from executor.models import RunResult, RunSpec
@@ -232,16 +234,31 @@ class BackgroundTasks:
         owner: str | None,
     ) -> ToolResult:
         """See :meth:`executor.session.Session.read_task`."""
+        view, _ = await self.read_page(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
+        return view
+
+    async def read_page(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"],
+        offset: int,
+        max_bytes: int,
+        owner: str | None,
+    ) -> tuple[ToolResult, TaskBytes]:
+        """See :meth:`executor.session.Session.read_task_page`."""
         _check_range(offset, max_bytes, stream)
         await self._settle_tasks()
         record = self._task(task_id, owner)
         chunk = await self._client.read_task(task_id, stream, offset, max_bytes)
-        if chunk.offset + len(chunk.data) < chunk.end:
-            # More follows: end the page on a character's boundary, so no page shows half of one as stray bytes
-            # (the next page starts with the rest).
-            whole = _whole_characters(chunk.data)
-            if 0 < whole < len(chunk.data):
-                chunk = chunk.model_copy(update={"data": chunk.data[:whole]})
+        # The page is what the display budget holds of the bytes read, cut after a line (or, for a line longer than
+        # the budget, between characters), and next_offset is where it ends: a page the sanitizer had to cut in
+        # its middle hid bytes that next_offset then skipped.
+        final = not chunk.running and chunk.offset + len(chunk.data) >= chunk.end
+        page = byte_page(chunk.data, budget_chars=self._display_max_chars, more=not final, measure=_shown_chars)
+        if page < len(chunk.data):
+            chunk = chunk.model_copy(update={"data": chunk.data[:page]})
+        next_offset = chunk.offset + len(chunk.data)
 
         async def read(start: int, count: int) -> bytes:
             # Bytes start..start+count, or the part of them the ring still holds (it may have dropped the first
@@ -262,18 +279,21 @@ class BackgroundTasks:
             chunk.data, offset=chunk.offset, first_kept=chunk.start, end=chunk.end, read=read
         )
         state = "running" if chunk.running else f"finished ({chunk.result.cause if chunk.result else 'unknown'})"
-        shown = f"bytes {chunk.offset}-{chunk.offset + len(chunk.data)} of {chunk.end}"
-        header = f"[task {task_id} {stream} {shown}; {state}"
+        header = f"[task {task_id} {stream} bytes {chunk.offset}-{next_offset} of {chunk.end}; {state}"
         if chunk.start > offset:
             header += f"; bytes before {chunk.start} were dropped (agent buffer full)"
+        if next_offset < chunk.end:
+            call = self._views.hints.task_read(
+                task_id, session_id=self._views.session_id, stream=stream, offset=next_offset
+            )
+            header += f"; next: {call}"
         header += "]"
         text = await self._views.sanitize(f"{header}\n{raw}" if raw else header, artifact_id=record.artifact_id)
-        # The raw chunk, cut at the display budget; "complete" only when it is the whole, ended stream.
-        plain = chunk.data.decode("utf-8", "replace")
-        shown = plain[: self._display_max_chars]
-        whole = chunk.start == 0 and chunk.offset == 0 and chunk.offset + len(chunk.data) >= chunk.end
-        complete = whole and not chunk.running and shown == plain
-        return ToolResult(
+        # The page's bytes as text (they fit the display budget); "complete" only when they are the whole, ended
+        # stream.
+        shown = chunk.data.decode("utf-8", "replace")
+        complete = chunk.start == 0 and chunk.offset == 0 and not chunk.running and next_offset >= chunk.end
+        view = ToolResult(
             tool="task_read",
             outcome="completed",
             text=text,
@@ -288,12 +308,22 @@ class BackgroundTasks:
                 "task_id": task_id,
                 "stream": stream,
                 "offset": chunk.offset,
-                "next_offset": chunk.offset + len(chunk.data),
+                "next_offset": next_offset,
                 "end": chunk.end,
                 "dropped": chunk.start,
                 "running": chunk.running,
             },
         )
+        page_bytes = TaskBytes(
+            task_id=task_id,
+            stream=stream,
+            data=chunk.data,
+            offset=chunk.offset,
+            end=chunk.end,
+            running=chunk.running,
+            run=chunk.result,
+        )
+        return view, page_bytes
 
     async def read_task_bytes(
         self,
@@ -394,12 +424,8 @@ def _check_range(offset: int, max_bytes: int, stream: str) -> None:
         raise OutputRangeError.bounds("max_bytes", max_bytes, 0, _MAX_OFFSET)
 
 
-def _whole_characters(data: bytes) -> int:
-    """How many bytes of ``data`` end on a UTF-8 character's boundary: its length less a last character that is
-    cut (at most three bytes of a started sequence); bytes that are not UTF-8 are left as they are."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # the last lead (or ASCII) byte
-            needed = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
-            return len(data) - back if needed > back else len(data)
-    return len(data)
+def _shown_chars(data: bytes) -> int:
+    """Characters a page's text spends on ``data``: its decoded length, or more when the sanitizer writes special
+    characters escaped (a byte ``\\x01`` takes four)."""
+    text = data.decode("utf-8", "surrogateescape")
+    return max(len(text), len(escaped(text)))

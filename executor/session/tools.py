@@ -726,12 +726,35 @@ class Session:
     ) -> ToolResult:
         """Read a background task's stream from whole-stream byte ``offset``; ``data.next_offset`` continues.
 
+        A page holds at most ``max_bytes`` bytes and what the display budget (``artifacts.display_max_chars``)
+        shows of them: it ends after a line (or between characters, for a line longer than the budget), its header
+        names the bytes shown, and ``data.next_offset`` is where they end, so following it shows every byte once.
+
         Raises:
             TaskNotFound: no such task, or it belongs to another owner.
         """
         self._check_open()
         async with self._stops_said():
             return await self._tasks.read_task(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
+
+    async def read_task_page(
+        self,
+        task_id: str,
+        *,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: int = 0,
+        max_bytes: int = 65_536,
+        owner: str | None = None,
+    ) -> tuple[ToolResult, TaskBytes]:
+        """:meth:`read_task`, and the exact bytes its page shows (``data.offset`` to ``data.next_offset``, any
+        bytes, UTF-8 or not), from the same read: what the service answers a task read with.
+
+        Raises:
+            TaskNotFound: no such task, or it belongs to another owner.
+        """
+        self._check_open()
+        async with self._stops_said():
+            return await self._tasks.read_page(task_id, stream=stream, offset=offset, max_bytes=max_bytes, owner=owner)
 
     async def read_task_bytes(
         self,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from executor.artifacts import ReadPage, SessionArtifacts
-from executor.artifacts.paging import CheckpointTracker, Layout, MemorySource, read_page, safe_cut
+from executor.artifacts.paging import CheckpointTracker, Layout, MemorySource, byte_page, read_page, safe_cut
 from executor.errors import OutputRangeError
 from executor.testing.artifacts import open_session, store_bytes
 
@@ -225,3 +225,42 @@ def test_reads_far_into_a_large_stream_use_the_index(session: SessionArtifacts) 
     line = record.streams["output"].lines - 5
     page = session.read_output(artifact_id, start_line=line, line_count=2)
     assert page.text == f"row {line}\nrow {line + 1}\n"
+
+
+def _follow_bytes(data: bytes, *, budget: int, max_bytes: int) -> list[bytes]:
+    """The pages of ``data`` (an ended stream) read from offset 0 by byte_page, each read ``max_bytes`` long."""
+    pages, offset = [], 0
+    while offset < len(data):
+        read = data[offset : offset + max_bytes]
+        count = byte_page(read, budget_chars=budget, more=offset + len(read) < len(data))
+        assert 0 < count <= len(read)
+        pages.append(read[:count])
+        offset += count
+    return pages
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=_CONTENT, budget=st.integers(16, 200), max_bytes=st.integers(1, 2000))
+def test_task_pages_show_every_byte_once_within_the_budget(content: bytes, budget: int, max_bytes: int) -> None:
+    """Pages cut by byte_page and followed by their lengths rebuild the stream exactly, each within the budget."""
+    pages = _follow_bytes(content, budget=budget, max_bytes=max_bytes)
+    assert b"".join(pages) == content
+    assert all(len(page.decode("utf-8", "backslashreplace")) <= budget for page in pages)
+
+
+def test_a_task_page_stops_after_a_line_or_between_characters() -> None:
+    """Over the budget a page ends after its last whole line that fits; a first line longer than the budget is cut
+    between characters; under it every byte read is shown, less a character that more bytes will complete."""
+    lines = b"".join(b"%d\n" % n for n in range(1, 3001))
+    assert byte_page(lines, budget_chars=100, more=False) == lines.rfind(b"\n", 0, 100) + 1
+    euro = "€".encode() * 100
+    cut = byte_page(euro, budget_chars=16, more=True)
+    assert cut == 48 and euro[:cut].decode() == "€" * 16
+    assert byte_page(b"ab" + euro[:2], budget_chars=16, more=True) == 2
+    assert byte_page(b"ab" + euro[:2], budget_chars=16, more=False) == 4
+    assert byte_page(euro[:2], budget_chars=16, more=True) == 2  # never an empty page of bytes read
+    assert byte_page(b"", budget_chars=16, more=True) == 0
+    wide = b"\x01" * 40
+    assert byte_page(wide, budget_chars=16, more=False, measure=lambda data: 4 * len(data)) == 4
+    with pytest.raises(ValueError, match="budget_chars must be at least 16"):
+        byte_page(b"x", budget_chars=15, more=False)

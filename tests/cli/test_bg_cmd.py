@@ -261,3 +261,33 @@ def test_a_follow_whose_session_is_stopped_exits_130(either_home: Path) -> None:
             assert follow.stdout.readline().startswith(b"tick")
             assert cli(home, "session", "stop", name).code == 0
             assert follow.wait(timeout=120) in (130, 143), follow.stderr.read()
+
+
+def test_bg_read_pages_followed_by_next_offset_show_every_line_once(either_home: Path) -> None:
+    """`bg read` pages of output several times the display budget, read from each one's next_offset, show every
+    line once with no cut notice, and each names the bytes it shows (in-process and over a service alike)."""
+    home = either_home
+    with named_session(home) as name:
+        started = cli(home, "bg", "start", "--create", "--session", name, "--json", "--", "seq 1 6000")
+        assert started.code == 0, started.stderr
+        task = started.json()["task_id"]
+        lines: list[str] = []
+        offset = 0
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline, offset
+            read = cli(home, "bg", "read", task, "--session", name, "--offset", str(offset), "--json")
+            assert read.code == 0, read.stdout + read.stderr
+            page = read.json()
+            header, _, body = page["text"].partition("\n")
+            assert "characters cut here" not in page["text"], page["text"][-300:]
+            assert f"bytes {offset}-{page['next_offset']} of {page['end']};" in header, header
+            lines += body.splitlines()
+            if not page["running"] and page["next_offset"] == page["end"]:
+                break
+            if page["next_offset"] == offset:
+                time.sleep(0.05)  # nothing new yet: poll
+            else:
+                assert page["next_offset"] == page["end"] or f"--offset {page['next_offset']}" in header, header
+            offset = page["next_offset"]
+        assert lines == [str(n) for n in range(1, 6001)]

@@ -226,6 +226,32 @@ async def test_http_token_cannot_reach_another_tokens_artifacts_or_tasks(http_se
         assert not stopped.is_error, _text(stopped)
 
 
+async def test_task_read_pages_followed_by_next_offset_show_every_line_once(http_server: HttpServer) -> None:
+    """task_read pages of output several times the display budget, followed by next_offset from 0, show every line
+    once with no cut notice; each header names the bytes up to next_offset and says the next call."""
+    async with _http_client(http_server.url, TOKEN_A) as client:
+        started = await client.call_tool("task_start", {"command": "seq 1 12000"})
+        task_id = _facts(started)["data"]["task_id"]
+        lines: list[str] = []
+        offset = 0
+        with trio.fail_after(90):
+            while True:
+                read = await client.call_tool("task_read", {"task_id": task_id, "offset": offset})
+                data = _facts(read)["data"]
+                header, _, body = _text(read).partition("\n")
+                assert "characters cut here" not in _text(read), _text(read)[-300:]
+                assert f"bytes {offset}-{data['next_offset']} of {data['end']};" in header, header
+                lines += body.splitlines()
+                if not data["running"] and data["next_offset"] == data["end"]:
+                    break
+                if data["next_offset"] == offset:
+                    await trio.sleep(0.05)  # the task has not written more yet: poll
+                else:
+                    assert data["next_offset"] == data["end"] or f"offset={data['next_offset']})" in header, header
+                offset = data["next_offset"]
+        assert lines == [str(n) for n in range(1, 12001)]
+
+
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer e2e-wrong-token-0123456789"}])
 async def test_http_missing_or_wrong_token_is_401(http_server: HttpServer, headers: dict[str, str]) -> None:
     """Without a configured bearer token the server answers 401 and runs nothing."""

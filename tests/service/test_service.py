@@ -391,6 +391,38 @@ def test_background_task_followed(shared_service: ServiceProcess) -> None:
         assert not stopped.running and stopped.run is not None
 
 
+def test_task_pages_followed_by_next_offset_carry_every_byte_once(shared_service: ServiceProcess) -> None:
+    """A task's output several times the display budget, read page by page from next_offset (and followed), comes
+    whole and in order with no cut notice; each page's raw bytes are the ones its text shows, its header's range."""
+    output = "".join(f"{n}\n" for n in range(1, 12001)).encode()
+    with shared_service.client() as client:
+        session = client.create_session().id
+        started = client.start_task(session, "seq 1 12000")
+        task_id = str((started.data or {})["task_id"])
+        deadline = time.monotonic() + 60
+        got, offset = b"", 0
+        while True:
+            assert time.monotonic() < deadline, offset
+            page = client.read_task(session, task_id, offset=offset)
+            data = page.data or {}
+            header, _, body = page.text.partition("\n")
+            assert "characters cut here" not in page.text, page.text[-300:]
+            assert f"bytes {offset}-{data['next_offset']} of {data['end']};" in header, header
+            assert page.raw == body.encode() and offset + len(page.raw) == data["next_offset"], header
+            got += page.raw
+            if not data["running"] and data["next_offset"] == data["end"]:
+                break
+            if data["next_offset"] == offset:
+                time.sleep(0.05)  # nothing new yet: poll
+            offset = int(str(data["next_offset"]))
+        assert got == output
+        with client.follow_task(session, task_id) as pages:
+            followed = list(pages)
+        assert b"".join(page.raw for page in followed) == output and len(followed) >= 5
+        for page in followed:
+            assert "characters cut here" not in page.text and page.text.endswith(page.raw.decode()), page.text[:200]
+
+
 def test_health_metrics_and_sessions(shared_service: ServiceProcess) -> None:
     """Health, Prometheus metrics with commands by outcome, and a session inspected then stopped."""
     with shared_service.client() as client:

@@ -11,7 +11,7 @@ import trio
 
 from executor.config import Settings
 from executor.injection import UNTRUSTED_MARKER
-from executor.session import Session, open_executor
+from executor.session import Session, ToolResult, open_executor
 
 pytestmark = pytest.mark.docker
 
@@ -85,6 +85,64 @@ async def test_a_task_page_ends_on_a_character_and_stays_within_the_budget(engin
         wide = await session.read_task(task_id, offset=7, max_bytes=60000)
         assert len(wide.text) <= engine_settings.artifacts.display_max_chars + 2048 + 400, len(wide.text)
         await session.stop_task(task_id)
+
+
+async def _follow_task(session: Session, task_id: str) -> list[ToolResult]:
+    """The pages of a task's stdout read from offset 0 by following next_offset until the task has ended and every
+    byte was read (polled while it runs)."""
+    pages: list[ToolResult] = []
+    offset = 0
+    with trio.fail_after(120):
+        while True:
+            read = await session.read_task(task_id, offset=offset)
+            data = read.data or {}
+            pages.append(read)
+            if not data["running"] and data["next_offset"] == data["end"]:
+                return pages
+            if data["next_offset"] == offset:
+                await trio.sleep(0.05)  # nothing new yet: poll
+            offset = int(str(data["next_offset"]))
+
+
+async def test_following_next_offset_reads_a_long_task_output_once(engine_settings: Settings) -> None:
+    """A task's output several times the display budget, read by following next_offset from 0 while it runs and
+    after, shows every line once and in order with no cut notice, and each page's header names exactly the bytes
+    from its offset to its next_offset (a 64 KiB page was cut in its middle while next_offset skipped the cut)."""
+    budget = engine_settings.artifacts.display_max_chars
+    async with open_executor(engine_settings) as ex, ex.open_session() as session:
+        started = await session.start_task("seq 1 20000; sleep 0.5; seq 20001 30000")
+        assert started.task_id is not None
+        pages = await _follow_task(session, started.task_id)
+        lines: list[str] = []
+        for page in pages:
+            data = page.data or {}
+            header, _, body = page.text.partition("\n")
+            assert "characters cut here" not in page.text, page.text[-400:]
+            assert len(page.text) <= budget + 2048, len(page.text)
+            shown = f"[task {started.task_id} stdout bytes {data['offset']}-{data['next_offset']} of {data['end']};"
+            assert header.startswith(shown), header
+            assert page.stdout == body and len(body.encode()) == int(str(data["next_offset"])) - int(
+                str(data["offset"])
+            )
+            if int(str(data["next_offset"])) < int(str(data["end"])):
+                assert f"offset={data['next_offset']})" in header, header
+            lines += body.splitlines()
+        assert lines == [str(n) for n in range(1, 30001)]
+        assert sum(1 for page in pages if page.stdout) >= 20, len(pages)  # 168,894 bytes: the budget cut them
+
+
+async def test_following_next_offset_reads_output_that_displays_wide_once(engine_settings: Settings) -> None:
+    """Bytes the sanitizer writes escaped (each ``\\x01`` four characters) are measured as shown: the pages of such
+    output, followed by next_offset, hold all of it and none is cut in its middle."""
+    output = b"".join(b"%d \x01\x02\x03 %s\n" % (n, "é".encode() * (n % 7)) for n in range(1, 4001))
+    async with open_executor(engine_settings) as ex, ex.open_session() as session:
+        await session.write_file("wide.bin", output)
+        started = await session.start_task("cat wide.bin")
+        assert started.task_id is not None
+        pages = await _follow_task(session, started.task_id)
+        assert not [page.text for page in pages if "characters cut here" in page.text]
+        assert "".join(page.stdout or "" for page in pages) == output.decode()
+        assert "4000 \\x01\\x02\\x03 " in pages[-1].text
 
 
 def test_a_cut_keeps_the_marker_of_a_flagged_line_and_never_splits_an_escape() -> None:
