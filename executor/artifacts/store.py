@@ -64,6 +64,7 @@ from executor.errors import (
     ArtifactEvicted,
     ArtifactNotFound,
     OutputRangeError,
+    SessionNotFound,
     StreamNotFound,
 )
 from executor.ids import artifact_id as make_artifact_id
@@ -82,7 +83,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_at REAL NOT NULL,
     next_seq INTEGER NOT NULL DEFAULT 1,
     artifact_count INTEGER NOT NULL DEFAULT 0,
-    bytes_total INTEGER NOT NULL DEFAULT 0
+    bytes_total INTEGER NOT NULL DEFAULT 0,
+    owner TEXT
 );
 CREATE TABLE IF NOT EXISTS artifacts (
     id TEXT PRIMARY KEY,
@@ -142,19 +144,20 @@ _TRIGGERS = ("artifacts_totals_insert", "artifacts_totals_delete", "artifacts_to
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring an index made by an earlier version up to the current schema (in one transaction, once)."""
-    present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    if present.issuperset(_TRIGGERS):
+    if _schema_current(conn):
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+        for column in ("artifact_count", "bytes_total"):
+            if column not in columns:
+                conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+        if "owner" not in columns:
+            conn.execute("ALTER TABLE sessions ADD COLUMN owner TEXT")
+        if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(artifacts)")}:
+            conn.execute("ALTER TABLE artifacts ADD COLUMN owner TEXT")
         present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         if not present.issuperset(_TRIGGERS):
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
-            for column in ("artifact_count", "bytes_total"):
-                if column not in columns:
-                    conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
-            if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(artifacts)")}:
-                conn.execute("ALTER TABLE artifacts ADD COLUMN owner TEXT")
             # Counted under the same write lock that installs the triggers: no change can fall between the two.
             conn.execute(
                 "UPDATE sessions SET artifact_count = (SELECT count(*) FROM artifacts WHERE session = sessions.id), "
@@ -166,6 +169,12 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _schema_current(conn: sqlite3.Connection) -> bool:
+    present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    return present.issuperset(_TRIGGERS) and "owner" in columns
 
 
 _SETUP_LOCK = "artifacts.setup.lock"
@@ -587,15 +596,38 @@ class ArtifactStore:
         self.close()
 
     @_index_errors
-    def session(self, session_id: str) -> SessionArtifacts:
+    def session(self, session_id: str, *, owner: str | None = None) -> SessionArtifacts:
         """The artifacts of one session (registered on first use).
+
+        ``owner`` is the session's owner (a service token's owner id; None: the home's owner), kept in the index so
+        that who may read its artifacts is still known once its container is gone (:meth:`session_owner`). The
+        first owner given is kept: a session's owner never changes.
 
         Raises:
             SessionNotFound: ``session_id`` does not have the session id shape.
         """
         validate_session_id(session_id)
-        self._conn.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session_id, self._clock()))
+        self._conn.execute(
+            "INSERT INTO sessions (id, created_at, owner) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET owner = excluded.owner WHERE sessions.owner IS NULL AND excluded.owner IS NOT NULL",
+            (session_id, self._clock(), owner),
+        )
         return SessionArtifacts(self, session_id)
+
+    @_index_errors
+    def session_owner(self, session_id: str) -> str | None:
+        """The owner recorded for ``session_id`` when it was registered (None: the home's owner, or a session
+        registered before owners were kept).
+
+        Raises:
+            SessionNotFound: the index holds no such session (or ``session_id`` is not a session id).
+        """
+        validate_session_id(session_id)
+        row = self._conn.execute("SELECT owner FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFound(f"no session {session_id!r} has artifacts in this home")
+        owner = row[0]
+        return owner if isinstance(owner, str) else None
 
     # -- internals shared with SessionArtifacts ------------------------------------------------------------
 

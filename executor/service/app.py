@@ -18,7 +18,7 @@ import shlex
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -56,6 +56,7 @@ from executor.errors import (
     WriteError,
     public_name,
 )
+from executor.ids import is_session_id
 from executor.mcp.server import owner_for_token
 from executor.models import StdinFile
 from executor.sandbox.agent.client import on_run_started
@@ -90,6 +91,7 @@ from executor.service.wire import (
     validation_message,
 )
 from executor.session import Session, TaskBytes, ToolResult
+from executor.session.output import OutputTools
 from executor.session.presentation import results_read_by
 from executor.tools.archive import pack_command, unpack_command
 from executor.tools.bash import build_run_spec
@@ -636,11 +638,33 @@ class _Api:
 
     # -- output ------------------------------------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def output_tools(self, request: Request) -> AsyncIterator[Session | OutputTools]:
+        """The recovery tools of the session a request names: its own while it runs, else (an id, its container
+        gone) its stored artifacts, which outlive it, for the caller that owned it (the owner the artifact index
+        recorded with the session; another's are "not found", as while it ran)."""
+        ident = request.path_params["session"]
+        try:
+            held = await self.held(request)
+        except SessionNotFound as exc:
+            if not is_session_id(ident):
+                raise  # a name is resolved only through a container, and there is none
+            try:
+                recorded = self.service.executor.store.session_owner(ident)
+            except SessionNotFound:
+                raise exc from None
+            if not owns(recorded, self.owner(request)):
+                raise exc from None
+            async with self.service.executor.open_output_reader(ident) as reader:
+                yield reader
+            return
+        async with self.service.using(held):
+            yield held.session
+
     async def read_output(self, request: Request) -> Response:
         query = self.query(request, ReadQuery, refused="OutputRangeError")
-        held = await self.held(request)
-        async with self.service.using(held):
-            result = await held.session.read_output(
+        async with self.output_tools(request) as tools:
+            result = await tools.read_output(
                 request.path_params["artifact"],
                 stream=query.stream,
                 start_line=query.start_line,
@@ -651,9 +675,8 @@ class _Api:
 
     async def search_output(self, request: Request) -> Response:
         query = self.query(request, SearchQuery, refused="OutputRangeError")
-        held = await self.held(request)
-        async with self.service.using(held):
-            result = await held.session.search_output(
+        async with self.output_tools(request) as tools:
+            result = await tools.search_output(
                 request.path_params["artifact"],
                 pattern=query.pattern,
                 stream=query.stream,

@@ -11,7 +11,14 @@ import hashlib
 import signal
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, contextmanager, suppress
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    ExitStack,
+    asynccontextmanager,
+    contextmanager,
+    suppress,
+)
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 
@@ -173,6 +180,17 @@ class Executor:
         except (OSError, ConfigError):
             return False
         return digest == policy.sha256
+
+    def open_output_reader(self, session_id: str) -> AbstractAsyncContextManager[OutputTools]:
+        """``read_output``/``search_output`` on ``session_id``'s stored streams through this executor's store and
+        judge, whether its container runs or is gone (see :func:`open_output_reader`). Who may read them is the
+        caller's to check (:meth:`ArtifactStore.session_owner`).
+
+        Raises:
+            SessionNotFound: ``session_id`` is not a session id.
+            ConfigError: the default profile's policy cannot be loaded.
+        """
+        return _output_reader(self.settings, self.store, session_id, judge=self.judge, surface=self.surface)
 
     def pool_stats(self) -> list[PoolStats]:
         """The warm pools' counters (one per profile that keeps one)."""
@@ -405,7 +423,7 @@ class Executor:
                         info,
                         profile,
                         settings=self.settings,
-                        artifacts=self.store.session(info.id),
+                        artifacts=self.store.session(info.id, owner=info.owner),
                         client=client,
                         journal=journal,
                         gate=gate,
@@ -569,44 +587,53 @@ async def open_output_reader(
         ConfigError: the default profile's policy cannot be loaded.
         ArtifactError: the artifact index cannot be opened.
     """
-    profile = settings.profile()
-    policy = load_profile_policy(settings.gate, profile)
     store = ArtifactStore.open(
         settings.home, settings.artifacts, on_interrupted=interruption_journaler(settings.home, settings.journal)
     )
     try:
-        artifacts = store.session(session_id)
-        journal = JournalWriter(
-            settings.home / "sessions" / session_id / "journal.ndjson",
-            session_id=session_id,
-            settings=settings.journal,
-            key=load_journal_key(settings.home, create=True),
-        )
         async with AsyncExitStack() as stack:
             chosen = (
                 judge
                 if judge is not None
                 else await stack.enter_async_context(open_judge(settings.gate.judge, api_key=api_key))
             )
-            # A session with no folder stores nothing: every read fails before a judgment is journaled, and no
-            # journal is created for an id that never ran.
-            if journal.path.parent.is_dir():
-                stack.enter_context(journal)
-            gate = Gate(
-                settings.gate_for(profile),
-                policy=policy,
-                judge=chosen,
-                cache=AnswerCache.from_settings(settings.gate.cache),
-            )
-            gatekeeper = Gatekeeper(
-                session_id=session_id, profile=profile, gate=gate, journal=journal, artifacts=artifacts
-            )
-            views = Views(
-                session_id=session_id, settings=settings, artifacts=artifacts, gatekeeper=gatekeeper, surface=surface
-            )
-            yield OutputTools(artifacts=artifacts, views=views)
+            async with _output_reader(settings, store, session_id, judge=chosen, surface=surface) as reader:
+                yield reader
     finally:
         store.close()
+
+
+@asynccontextmanager
+async def _output_reader(
+    settings: Settings, store: ArtifactStore, session_id: str, *, judge: Judge | None, surface: Surface
+) -> AsyncIterator[OutputTools]:
+    """The recovery tools over ``session_id``'s artifacts in ``store``, judged by ``judge`` (see
+    :func:`open_output_reader`)."""
+    profile = settings.profile()
+    policy = load_profile_policy(settings.gate, profile)
+    artifacts = store.session(session_id)
+    journal = JournalWriter(
+        settings.home / "sessions" / session_id / "journal.ndjson",
+        session_id=session_id,
+        settings=settings.journal,
+        key=load_journal_key(settings.home, create=True),
+    )
+    with ExitStack() as stack:
+        # A session with no folder stores nothing: every read fails before a judgment is journaled, and no
+        # journal is created for an id that never ran.
+        if journal.path.parent.is_dir():
+            stack.enter_context(journal)
+        gate = Gate(
+            settings.gate_for(profile),
+            policy=policy,
+            judge=judge,
+            cache=AnswerCache.from_settings(settings.gate.cache),
+        )
+        gatekeeper = Gatekeeper(session_id=session_id, profile=profile, gate=gate, journal=journal, artifacts=artifacts)
+        views = Views(
+            session_id=session_id, settings=settings, artifacts=artifacts, gatekeeper=gatekeeper, surface=surface
+        )
+        yield OutputTools(artifacts=artifacts, views=views)
 
 
 def _kept_profile(kept: SessionInfo, asked: str | None) -> str:

@@ -323,3 +323,25 @@ def test_a_full_index_says_no_space_not_damaged(home: Path) -> None:
             for _ in range(10_000):
                 store_bytes(session, b"y" * 100)
         assert "damaged" not in str(exc.value)
+
+
+def test_a_sessions_owner_is_kept_first_given_and_outlives_an_index_without_it(home: Path) -> None:
+    """The owner a session is registered with is kept (a later registration never changes it) and read back; an
+    index made before owners were kept gains the column on open, its sessions owned by nobody in particular."""
+    session_id, old_id = new_session_id(), new_session_id()
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        store.session(old_id)
+    with closing(sqlite3.connect(home / "artifacts.sqlite3")) as conn:
+        conn.execute("ALTER TABLE sessions DROP COLUMN owner")
+        conn.commit()
+    with ArtifactStore.open(home, artifact_settings()) as store:
+        assert store.session_owner(old_id) is None
+        store.session(session_id, owner="owner-a")
+        store.session(session_id)
+        store.session(session_id, owner="owner-b")
+        assert store.session_owner(session_id) == "owner-a"
+        store.session(old_id, owner="owner-c")  # the first owner given to a session registered without one
+        assert store.session_owner(old_id) == "owner-c"
+        unknown = new_session_id()
+        with pytest.raises(SessionNotFound, match=f"^no session '{unknown}' has artifacts in this home$"):
+            store.session_owner(unknown)

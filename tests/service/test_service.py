@@ -710,3 +710,60 @@ def test_stopping_a_session_cancels_what_runs_in_it(shared_service: ServiceProce
         assert result.text.startswith("[cancelled after ") and "started" in result.text, result.text
         with pytest.raises(ExecutorError, match="no session"):
             other.session(session)
+
+
+def test_a_stopped_sessions_artifacts_still_read_through_the_service(
+    shared_service: ServiceProcess, tmp_path: Path
+) -> None:
+    """A session removed while a command runs in it leaves that command's artifact, and a task's, readable and
+    searchable over the service (executor.client and the thin CLI named by EXECUTOR_URL, with no home of its own to
+    fall back on), as the README promises of ``output read|search`` once a session is gone."""
+    with shared_service.client() as client, shared_service.client() as other:
+        session = client.create_session(name=new_name()).id
+        started = client.start_task(session, "echo from-the-task")
+        task_artifact = started.artifact_id
+        task_id = str((started.data or {})["task_id"])
+        assert task_artifact is not None
+        deadline = time.monotonic() + 60
+        while (client.read_task(session, task_id).data or {}).get("running"):
+            assert time.monotonic() < deadline, "the task did not end"
+            time.sleep(0.05)
+        with client.stream_exec(session, "echo before-the-stop; sleep 20") as events:
+            for event in events:
+                if event.kind == "chunk":
+                    other.stop_session(session)
+        assert event.kind == "result" and event.result.outcome == "cancelled", event
+        artifact = event.result.artifact_id
+        assert artifact is not None and artifact.startswith(session + ".")
+        with pytest.raises(SessionNotFound):
+            client.session(session)
+        page = client.read_output(session, artifact)
+        assert page.outcome == "completed" and "before-the-stop" in page.text, page.text
+        found = client.search_output(session, artifact, pattern="before-the")
+        assert (found.data or {}).get("matches"), found
+        assert "from-the-task" in client.read_output(session, task_artifact).text
+        with pytest.raises(ArtifactNotFound):
+            client.read_output(session, f"{session}.a999")
+        thin = {"EXECUTOR_URL": f"unix://{shared_service.socket}"}
+        read = cli(tmp_path, "output", "read", artifact, env=thin)
+        assert (read.code, "before-the-stop" in read.stdout) == (0, True), read
+        searched = cli(tmp_path, "output", "search", artifact, "--pattern", "before-the", env=thin)
+        assert searched.code == 0 and "before-the-stop" in searched.stdout, searched
+
+
+def test_a_stopped_sessions_artifacts_are_still_only_its_owners(shared_service: ServiceProcess) -> None:
+    """Once a token's session is gone, that token still reads its artifacts over TCP and another token still gets
+    "not found"."""
+    with shared_service.tcp_client(TOKEN_A) as a, shared_service.tcp_client(TOKEN_B) as b:
+        session = a.create_session().id
+        ran = a.exec(session, "echo mine")
+        assert ran.artifact_id is not None
+        a.stop_session(session)
+        with pytest.raises(SessionNotFound):
+            a.session(session)
+        artifact = ran.artifact_id
+        assert "mine" in a.read_output(session, artifact).text
+        with pytest.raises(SessionNotFound):
+            b.read_output(session, artifact)
+        with pytest.raises(SessionNotFound):
+            b.search_output(session, artifact, pattern="mine")
