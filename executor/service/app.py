@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from executor.artifacts import tee_captures
@@ -706,7 +706,9 @@ class _Api:
                 )
 
         result = await self.service.run(run)
-        return _json(_wire(result), status=201)
+        # 201 only when a task was made: a gated start (denied, blocked, an unanswered ask) made nothing and is
+        # answered as exec and write answer theirs, 200 with the result saying why.
+        return _json(_wire(result), status=201 if result.outcome == "completed" else 200)
 
     async def read_task(self, request: Request) -> Response:
         query = self.query(request, TaskReadQuery, refused="OutputRangeError")
@@ -1019,7 +1021,22 @@ def build_app(
         return _error(404, "NotFound", f"no route {request.method} {request.url.path}; see /v1/openapi.json")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return _error(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.url.path}")
+        # Every method of every route on the path (starlette's own 405 names the first route's only), as RFC 9110
+        # requires of a 405.
+        allowed = sorted(
+            {
+                method
+                for route in routes
+                if route.matches(request.scope)[0] is not Match.NONE
+                for method in route.methods or ()
+            }
+        )
+        return _error(
+            405,
+            "MethodNotAllowed",
+            f"{request.method} is not allowed on {request.url.path}; it takes {', '.join(allowed)}",
+            headers={"allow": ", ".join(allowed)},
+        )
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return _Auth(app, service.svc.tokens, mcp)

@@ -249,7 +249,14 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "operationId": "startTask",
                 "parameters": _params(None, *session_path),
                 "requestBody": _json_body(TaskStart),
-                "responses": {"201": _ok("the start's result", _ref(Result)), **_errors(400, 404, 413, 502)},
+                "responses": {
+                    "201": _ok("the task was started: the start's result (data.task_id names it)", _ref(Result)),
+                    "200": _ok(
+                        "no task was made: the gate stopped it (outcome denied or blocked), as exec and write say",
+                        _ref(Result),
+                    ),
+                    **_errors(400, 404, 413, 502),
+                },
             },
         },
         s + "/tasks/{task}": {
@@ -295,7 +302,9 @@ def openapi_document(version: str) -> dict[str, Any]:
             "version": version,
             "description": (
                 "The executor's JSON API (executor serve). Unix socket: no token; TCP: a bearer token, which owns "
-                "what it creates. Bytes are base64 strings."
+                "what it creates. Bytes are base64 strings. Every error is an ErrorResponse, but for one the server "
+                "answers before the API sees the request: a request line and headers above 64 KiB get a 431 with "
+                "an empty body. A 405 names the path's methods in Allow."
             ),
         },
         "components": {

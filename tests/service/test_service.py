@@ -767,3 +767,31 @@ def test_a_stopped_sessions_artifacts_are_still_only_its_owners(shared_service: 
             b.read_output(session, artifact)
         with pytest.raises(SessionNotFound):
             b.search_output(session, artifact, pattern="mine")
+
+
+def test_http_contract_allow_on_405_and_a_gated_task_start_is_not_created(shared_service: ServiceProcess) -> None:
+    """A 405 names every method its path takes in ``Allow``; a task start the gate stops (blocked) answers 200
+    with its result, as exec and write do, and only a task that was made answers 201; headers past the server's
+    bound are a bare 431, as documented."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket)), timeout=120) as raw:
+        for method, path, allowed in (
+            ("PATCH", "/v1/sessions", "GET, HEAD, POST"),
+            ("TRACE", "/v1/health", "GET, HEAD"),
+            ("PUT", "/v1/sessions/x/tasks/t1", "DELETE, GET, HEAD"),
+        ):
+            answer = raw.request(method, "http://x" + path)
+            assert (answer.status_code, answer.headers.get("allow")) == (405, allowed), (method, path)
+            assert answer.json()["error"]["type"] == "MethodNotAllowed"
+        session = raw.post("http://x/v1/sessions", json={}).json()["id"]
+        try:
+            blocked = raw.post(
+                f"http://x/v1/sessions/{session}/tasks", json={"command": ASKED.format(tag="t"), "approvals": "none"}
+            )
+            assert (blocked.status_code, blocked.json()["outcome"]) == (200, "blocked"), blocked.text
+            assert not raw.get(f"http://x/v1/sessions/{session}/tasks").json()
+            made = raw.post(f"http://x/v1/sessions/{session}/tasks", json={"command": "true"})
+            assert (made.status_code, made.json()["outcome"]) == (201, "completed"), made.text
+        finally:
+            raw.delete(f"http://x/v1/sessions/{session}")
+        huge = raw.get("http://x/v1/health", headers={"x-padding": "a" * (128 * 1024)})
+        assert (huge.status_code, huge.content) == (431, b"")
