@@ -6,6 +6,7 @@ the builtin that matches their meaning, so callers that only know the builtins s
     ExecutorError
     ├── ConfigError (ValueError)              settings, profiles or policy files that do not load
     ├── ServiceUnavailable (ConnectionError)  no executor service answers (executor.client)
+    ├── Unauthorized (PermissionError)        the service refused the bearer token: missing or unknown (401)
     ├── Draining                              the service got SIGTERM and takes no new work
     ├── SessionStopped                        the session was stopped before or while the call ran (cancelled)
     ├── SessionClosed (RuntimeError)          a Session object used after its block ended (or after close)
@@ -97,6 +98,7 @@ __all__ = [
     "SpawnFailed",
     "StreamNotFound",
     "TaskNotFound",
+    "Unauthorized",
     "UnsafeTarget",
     "WriteError",
     "WriteFailed",
@@ -114,6 +116,10 @@ class ConfigError(ExecutorError, ValueError):
 
 class ServiceUnavailable(ExecutorError, ConnectionError):
     """No executor service answers at the address a client was given (or it went away mid-call)."""
+
+
+class Unauthorized(ExecutorError, PermissionError):
+    """The service refused the request's bearer token (missing over TCP, unknown, or not a bearer token): 401."""
 
 
 class SandboxError(ExecutorError):

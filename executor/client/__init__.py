@@ -276,11 +276,29 @@ def _segment(value: str, missing: Callable[[str], ExecutorError]) -> str:
 
 
 def _transport_kwargs(url: str | None, socket: str | os.PathLike[str] | None) -> tuple[str, str | None]:
+    """The base url and the unix socket (or None) for a service at ``url`` or ``socket``.
+
+    Raises:
+        ConfigError: both given, or a ``url`` of none of the accepted forms.
+    """
     if url is not None and socket is not None:
-        raise ValueError("give the service's url or its socket, not both")
-    if url is not None:
-        return url.rstrip("/"), None
-    return _BASE, str(socket if socket is not None else default_socket())
+        raise _errors.ConfigError("give the service's url or its socket, not both")
+    if url is None:
+        return _BASE, str(socket if socket is not None else default_socket())
+    if url.startswith("unix://"):
+        path = url[len("unix://") :]
+        if path.startswith("/"):
+            return _BASE, path
+    else:
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL:
+            parsed = None
+        if parsed is not None and parsed.scheme in ("http", "https") and parsed.host:
+            return url.rstrip("/"), None
+    raise _errors.ConfigError(
+        f"{url[:200]!r} is not a service url: give unix:///PATH (the socket), http://HOST:PORT or https://HOST[:PORT]"
+    )
 
 
 def _check_socket(uds: str | None, where: str) -> None:
@@ -311,11 +329,19 @@ class Client:
     """A blocking client of the executor service.
 
     Args:
-        url: ``http://host:port`` of a TCP listener (then give ``token``); default: the unix socket.
+        url: ``http://host:port`` (or ``https://...``) of a TCP listener (then give ``token``), or
+            ``unix:///path`` of a socket; default: the unix socket.
         socket: the unix socket's path (default :func:`default_socket`).
         token: a bearer token (required over TCP; it owns what it creates).
         timeout_s: bound on connecting and on each non-streaming call (exec streams are unbounded in time;
             the command's own deadline bounds them).
+
+    Raises:
+        ConfigError: ``url`` is none of the accepted forms, or both ``url`` and ``socket`` are given.
+
+    Calls raise the executor's own exceptions (those the in-process API raises), plus
+    :class:`~executor.errors.ServiceUnavailable` when no service answers and
+    :class:`~executor.errors.Unauthorized` when the service refuses the token (401).
     """
 
     def __init__(
