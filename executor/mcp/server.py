@@ -26,7 +26,7 @@ import base64
 import binascii
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
@@ -48,7 +48,15 @@ from pydantic import Field
 from starlette.requests import Request
 
 from executor.config import Settings
-from executor.errors import ArtifactNotFound, ExecutorError, TaskNotFound, public_name
+from executor.errors import (
+    ArtifactNotFound,
+    ExecutorError,
+    SessionNotFound,
+    SessionNotRunning,
+    SessionStopped,
+    TaskNotFound,
+    public_name,
+)
 from executor.gate.approvals import Answered, ApprovalHandler, ApprovalRequest
 from executor.mcp.approvals import (
     APPROVAL_SCHEMA,
@@ -222,20 +230,44 @@ class McpSurface:
         if self._session_name is not None:
             name = session_name_for(self._session_name, owner)
             key: LeaseKey = ("named", name)
+            if self._pool.was_lost(key):
+                return key, partial(self._attach_again, key, name, owner)
             # Attach (or create and keep) the named session; leaving it disconnects and leaves it running.
             return key, partial(self._executor.attach_session, name, owner=owner, create=True)
         return self._default_key(ctx, owner), partial(self._executor.open_session, owner=owner)
 
-    async def _session(self, ctx: Context[Any, Any], owner: str | None) -> SessionAPI:
-        key, opener = self._key_and_opener(ctx, owner)
-        return await self._pool.acquire(key, opener)
+    @asynccontextmanager
+    async def _attach_again(self, key: LeaseKey, name: str, owner: str | None) -> AsyncIterator[SessionAPI]:
+        """The named session this server held went away: attach to it again, or to the session started since under
+        its name; a stopped container (idle limit, crash) is recreated on its kept workspace. A removed session
+        (``session stop``) is not replaced by an empty one behind the client's back: the call says so, and the next
+        one starts a new session."""
+        async with AsyncExitStack() as stack:
+            try:
+                session = await stack.enter_async_context(self._executor.attach_session(name, owner=owner))
+            except SessionNotRunning:
+                session = await stack.enter_async_context(self._executor.attach_session(name, owner=owner, create=True))
+            except SessionNotFound as exc:
+                self._pool.forget_loss(key)
+                raise SessionStopped(
+                    f"session {self._session_name!r} was stopped and removed while this server used it (its "
+                    "workspace is gone); nothing ran. Call again to start a new, empty session under its name"
+                ) from exc
+            yield session
 
-    async def _existing_session(self, ctx: Context[Any, Any], owner: str | None) -> SessionAPI | None:
-        """The caller's session if it has one: an unopened default session holds nothing, so none is opened."""
+    @asynccontextmanager
+    async def _using(
+        self, ctx: Context[Any, Any], owner: str | None, *, existing: bool = False
+    ) -> AsyncIterator[SessionAPI | None]:
+        """The caller's session, kept open while this is entered. With ``existing``, an unopened default session
+        holds nothing, so none is opened (None); a named one is attached to."""
         key, opener = self._key_and_opener(ctx, owner)
-        if self._session_name is not None:
-            return await self._pool.acquire(key, opener)
-        return self._pool.get(key)
+        if existing and self._session_name is None:
+            async with self._pool.use_open(key) as found:
+                yield found
+        else:
+            async with self._pool.use(key, opener) as session:
+                yield session
 
     # -- approvals ------------------------------------------------------------------------------------------
 
@@ -305,16 +337,13 @@ class McpSurface:
         """
         try:
             owner = self._owner(ctx)
-            if missing is None:
-                session = await self._session(ctx, owner)
-            else:
-                existing = await self._existing_session(ctx, owner)
-                if existing is None:
+            async with self._using(ctx, owner, existing=missing is not None) as session:
+                if session is None:
+                    assert missing is not None
                     return missing.result()
-                session = existing
-            # The executor may serve other surfaces too (executor serve): hints in this result name MCP's tools.
-            with results_read_by("mcp"):
-                return await body(session, owner)
+                # The executor may serve other surfaces too (executor serve): hints in this result name MCP's tools.
+                with results_read_by("mcp"):
+                    return await body(session, owner)
         except ExecutorError as exc:
             if missing is not None and isinstance(exc, missing.error):
                 return missing.result()
@@ -467,8 +496,8 @@ class McpSurface:
     async def task_list(self, ctx: Context[Any, Any]) -> CallToolResult:
         try:
             owner = self._owner(ctx)
-            session = await self._existing_session(ctx, owner)
-            tasks = [] if session is None else await session.list_tasks(owner=owner)
+            async with self._using(ctx, owner, existing=True) as session:
+                tasks = [] if session is None else await session.list_tasks(owner=owner)
         except ExecutorError as exc:
             return error_result(error_hint(exc), kind=public_name(exc))
         if tasks:

@@ -24,6 +24,7 @@ from executor.errors import (
     ApprovalRequired,
     ArtifactNotFound,
     SessionNotFound,
+    SessionNotRunning,
     TaskNotFound,
     WriteFailed,
 )
@@ -325,8 +326,15 @@ class FakeExecutor:
         idle_s: float | Literal["none"] | None = None,
     ) -> AsyncIterator[FakeSession]:
         """A kept FakeSession (or a new one with ``create``, also in place of a kept one that was lost), left
-        running on exit."""
+        running on exit.
+
+        Raises:
+            SessionNotFound: no such kept session (:meth:`stop_session` forgets one), or another owner's.
+            SessionNotRunning: a lost kept session (its workspace stands kept), asked for without ``create``.
+        """
         session = self.kept.get(id_or_name)
+        if session is not None and session.lost.is_set() and not create and session.owner == owner:
+            raise SessionNotRunning(f"session {id_or_name!r} is not running; --create starts it again")
         if (session is None or session.lost.is_set()) and create:
             session = self._new(owner, id_or_name)
             self.kept[id_or_name] = session

@@ -220,8 +220,9 @@ async def test_named_session_is_created_once_then_attached() -> None:
 
 
 async def test_a_lost_named_session_is_attached_again_at_the_next_call() -> None:
-    """A named session whose container went away (idle-stopped, stopped elsewhere) is let go by the server, and the
-    next call attaches again, recreating it, instead of failing 'sandbox lost' until the server restarts."""
+    """A named session whose container went away with its workspace kept (idle-stopped, died) is let go by the
+    server, and the next call attaches again, recreating it, instead of failing 'sandbox lost' until the server
+    restarts."""
     executor = FakeExecutor()
     async with (
         open_surface(executor, transport="stdio", session_name="ci") as surface,
