@@ -38,6 +38,7 @@ from executor.errors import (
 )
 from executor.gate.approvals import Answered, ApprovalHandler, ApprovalRequest
 from executor.ids import is_session_id
+from executor.sandbox.names import name_lock
 from executor.sandbox.usage import UsageMark, read_usage, usage_path
 from executor.service.files import unlinked_file
 from executor.service.wire import (
@@ -421,6 +422,8 @@ class Held:
     """Set whenever nothing uses the session."""
     throwaway: bool = False
     """Made for one command: removed when an exec stream's client goes away before its command ends."""
+    idle_stop: trio.Event | None = None
+    """Set (to an unset event) once its idle limit stops it; the event is set when that stop is done."""
 
     def __post_init__(self) -> None:
         self.quiet.set()
@@ -559,6 +562,12 @@ class Service:
             SessionNotFound: no such running session, or another owner's.
         """
         held = self._find_held(id_or_name)
+        if held is not None and held.idle_stop is not None:
+            # Its idle stop is under way: let it finish, then answer as for any stopped session (a named one's
+            # `--create` starts it again) rather than hand out a session about to be closed.
+            with trio.move_on_after(self.settings.docker.stop_timeout_s + 2 * _CLOSE_BUDGET_S):
+                await held.idle_stop.wait()
+            held = self._find_held(id_or_name)
         if held is None:
             held = await self._attach(id_or_name, owner)
         if not owns(held.session.owner, owner):
@@ -708,6 +717,15 @@ class Service:
                     if report.removed:
                         logger.info("removed %s", ", ".join(report.removed))
 
+    def _idle_here(self, held: Held, limit: float) -> bool:
+        """Whether ``held`` is idle past ``limit`` by the service's clock, with nothing running in it or stopping it."""
+        return (
+            self.held.get(held.session.id) is held
+            and not held.stopping
+            and held.busy == 0
+            and time.monotonic() - held.last_used > limit
+        )
+
     async def _stop_if_idle_everywhere(self, held: Held, limit: float) -> None:
         """Stop a held session idle by the service's clock unless another process (an in-process CLI call, an MCP
         server) uses it: a command running there, or one that ended within the limit, keeps it (its usage file says
@@ -722,23 +740,37 @@ class Service:
                 if since <= limit:
                     held.last_used = time.monotonic() - max(0.0, since)  # used elsewhere: idle from then
                     return
-            await self._stop_idle_held(held)
+            await self._stop_idle_held(held, limit)
         finally:
             if lock is not None:
                 os.close(lock)
 
-    async def _stop_idle_held(self, held: Held) -> None:
+    async def _stop_idle_held(self, held: Held, limit: float) -> None:
         """Stop a held session that went idle: an unnamed one is removed, a named one's workspace is kept (its name
-        starts it again), as ``gc`` does."""
+        starts it again), as ``gc`` does. Work that came while the stop was being decided keeps it; work that comes
+        once it is decided is refused, never accepted and then killed by it."""
         session = held.session
         if session.name is None:
-            await self.stop(session.id, None)
+            if self._idle_here(held, limit):  # stop() marks it stopping before its first checkpoint
+                await self.stop(session.id, None)
             return
-        # Its background tasks go with it: stopped first, their output kept (as `session stop` does).
-        with trio.move_on_after(self.settings.docker.stop_timeout_s), suppress(ExecutorError):
-            await session.end_tasks()
-        await self._close_held(held)
-        await self.executor.backend.stop_session(session.id, keep_workspace=True)
+        # Under the name's lock, as every stop (and gc's idle stop): a process reaching the session by its name now
+        # holds it, and keeps it; one that comes later waits for the stop and finds it stopped.
+        async with name_lock(self.settings.home, session.name, wait=False) as ours:
+            if not ours or not self._idle_here(held, limit):
+                return
+            # Decided, with no checkpoint since the check: new work is refused from here (get() waits for the stop
+            # to end, using() refuses), so nothing is accepted only to be cancelled by it.
+            held.stopping = True
+            held.idle_stop = done = trio.Event()
+            try:
+                # Its background tasks go with it: stopped first, their output kept (as `session stop` does).
+                with trio.move_on_after(self.settings.docker.stop_timeout_s), suppress(ExecutorError):
+                    await session.end_tasks()
+                await self._close_held(held)
+                await self.executor.backend.stop_session(session.id, keep_workspace=True)
+            finally:
+                done.set()
         logger.info("stopped idle session %s (its workspace is kept)", session.name)
 
     # -- work --------------------------------------------------------------------------------------------------
