@@ -466,8 +466,16 @@ def _assess_members(members: list[str], findings: Findings) -> None:
         if found is not None:
             findings.raise_to("sensitive_path", found[0], f"unpacks {found[1]} ({member[:60]})")
             return
-    if members and members[-1] == "...":
-        findings.raise_to("sensitive_path", 1, "unpacks an archive with more files than the gate lists")
+    if members == ["..."]:
+        findings.raise_to(
+            "sensitive_path",
+            1,
+            "unpacks an archive the gate cannot read (not a tar, a compression it does not decode, or damaged)",
+        )
+    elif members and members[-1] == "...":
+        findings.raise_to(
+            "sensitive_path", 1, "unpacks an archive the gate cannot list whole (more files than it lists, or damaged)"
+        )
 
 
 def _assess_generated_code(parsed: ParsedCommand, findings: Findings) -> None:

@@ -8,6 +8,7 @@ from executor.errors import JudgeError
 from executor.gate.decision import GATE_TABLE, decide
 from executor.gate.judge import rules
 from executor.gate.judge.rules import RulesJudge
+from executor.gate.judge.rules_gate import judge_material
 from executor.models import JudgmentRequest, QuestionTable
 
 
@@ -146,3 +147,22 @@ async def test_a_write_inside_a_found_git_dir_is_a_hook_or_config_write() -> Non
     }
     request = JudgmentRequest(table=GATE_TABLE, material=material, session_id="s1")
     assert (await RulesJudge().judge(request))["sensitive_path"] == 3
+
+
+@pytest.mark.parametrize(
+    ("members", "said"),
+    [(["..."], "cannot read"), (["a", "..."], "cannot list whole"), (["a", "b"], None)],
+)
+def test_an_upload_the_gate_cannot_read_says_so(members: list[str], said: str | None) -> None:
+    """The reason an approver reads for an upload the gate could not list tells an archive it cannot read (not a tar,
+    zstd, damaged) from one it listed in part; a listed archive needs no such reason."""
+    material = {
+        "workspace": "/workspace",
+        "home": "/home/agent",
+        "action": {"kind": "bash", "command": "tar -x -C up -f -", "cwd": "/workspace", "stdin_members": members},
+        "sandbox_data": {},
+    }
+    findings = judge_material(material)
+    unpacks = [reason for reason in findings.reasons if reason.startswith("unpacks an archive")]
+    assert (findings.levels["sensitive_path"] >= 1) == (said is not None)
+    assert [said in reason for reason in unpacks] == ([True] if said else [])
