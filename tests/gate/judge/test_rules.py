@@ -165,4 +165,5 @@ def test_an_upload_the_gate_cannot_read_says_so(members: list[str], said: str | 
     findings = judge_material(material)
     unpacks = [reason for reason in findings.reasons if reason.startswith("unpacks an archive")]
     assert (findings.levels["sensitive_path"] >= 1) == (said is not None)
-    assert [said in reason for reason in unpacks] == ([True] if said else [])
+    assert [said in reason for reason in unpacks if said is not None] == ([True] if said else [])
+    assert len(unpacks) == (1 if said else 0)
