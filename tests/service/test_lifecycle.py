@@ -409,26 +409,28 @@ def test_a_held_session_is_not_idle_while_another_process_runs_in_it(service_fac
     name = new_name()
     try:
         with service.client() as client:
-            session_id = client.create_session(name=name, idle_s=3).id
+            # The limit leaves the other process room to start on a loaded host (its in-process start-up takes
+            # seconds there); its command still outlives the limit after the service's own use.
+            session_id = client.create_session(name=name, idle_s=8).id
         in_process = {**service.env, "EXECUTOR_SERVICE__SOCKET": str(tmp_path / "no-service.sock")}
-        other = subprocess.Popen(
-            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", "sleep 8; echo survived"],
+        with subprocess.Popen(
+            [sys.executable, "-m", "executor.cli", "exec", "--session", name, "--", "sleep 16; echo survived"],
             env=in_process,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )
-        try:
-            # Its command runs (the session's usage file is held) before the service holds the session: started
-            # after the service's use, the other process's start-up could outlast the idle limit on a slow host.
-            usage = usage_path(service.home, session_id)
-            _poll(lambda: read_usage(usage)[0].busy, 60, "the other process's command")
-            with service.client() as client:
-                assert client.exec(name, "echo held").stdout == b"held\n"  # the service holds it from here on
-            out, err = other.communicate(timeout=120)
-        finally:
-            if other.poll() is None:
-                other.kill()
+        ) as other:
+            try:
+                # Its command runs (the session's usage file is held) before the service holds the session: started
+                # after the service's use, the other process's start-up could outlast the idle limit on a slow host.
+                usage = usage_path(service.home, session_id)
+                _poll(lambda: read_usage(usage)[0].busy, 60, "the other process's command")
+                with service.client() as client:
+                    assert client.exec(name, "echo held").stdout == b"held\n"  # the service holds it from here on
+                out, err = other.communicate(timeout=120)
+            finally:
+                if other.poll() is None:
+                    other.kill()
         assert (other.returncode, out) == (0, "survived\n"), err
         with service.client() as client:
             _poll(lambda: name not in {s.name for s in client.list_sessions() if s.state == "running"}, 60, "idle stop")
