@@ -3,6 +3,7 @@ gate's codes, timeouts, the raw streams, --view and the --json shape."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -375,6 +377,24 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@contextlib.contextmanager
+def _started_exec(home: Path, preexec_fn: Callable[[], None] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """An `executor exec` of a long command in a throwaway session, once the command runs (its output streams live
+    and the session's container exists)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "executor.cli", "exec", "--", "echo started; sleep 300"],
+        env=cli_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=preexec_fn,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"started\n"
+        assert home_containers(home) != []
+        yield proc
+
+
 @pytest.mark.docker
 @pytest.mark.parametrize(
     ("signum", "sigint_ignored"), [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGTERM, True)]
@@ -385,17 +405,8 @@ def test_sigterm_or_sighup_ends_an_exec_as_ctrl_c_does(either_home: Path, signum
     So does SIGTERM to a background job of a script, which starts with Ctrl-C ignored (it left its session
     running and printed tracebacks)."""
     home = either_home
-    with subprocess.Popen(
-        [sys.executable, "-m", "executor.cli", "exec", "--", "echo started; sleep 300"],
-        env=cli_env(home),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=_ignore_sigint if sigint_ignored else None,
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        assert proc.stdout.readline() == b"started\n"  # the command runs (its output streams live)
-        assert home_containers(home) != []
+    with _started_exec(home, preexec_fn=_ignore_sigint if sigint_ignored else None) as proc:
+        assert proc.stderr is not None
         proc.send_signal(signum)
         assert proc.wait(timeout=120) == 130
         assert b"Traceback" not in proc.stderr.read()
@@ -410,16 +421,8 @@ def test_ctrl_c_pressed_again_during_the_clean_up_still_removes_the_session(home
     """Ctrl-C held down (SIGINT after SIGINT until the CLI exits) ends the call with 130 and still removes its
     throwaway session: the second one used to land in the removal, which stopped half-way and left the container and
     its volume behind."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "executor.cli", "exec", "--", "echo started; sleep 300"],
-        env=cli_env(home),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        assert proc.stdout.readline() == b"started\n"
-        assert home_containers(home) != []
+    with _started_exec(home) as proc:
+        assert proc.stderr is not None
         deadline = time.monotonic() + 120
         while proc.poll() is None:
             assert time.monotonic() < deadline, "the CLI did not exit"
