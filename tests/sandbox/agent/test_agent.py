@@ -328,7 +328,9 @@ async def test_the_quiet_sweep_spares_new_children_of_a_kept_daemon(client: Agen
     the daemon's new workers (review: it killed them)."""
     task = await client.start_task(
         live_agent.spec(
-            "env -i setsid sh -c 'while :; do sleep 0.4; done' </dev/null >/dev/null 2>&1 & echo started",
+            # The daemon is in its own session before the task's shell ends (sleep 0.3): the task's scan then sees
+            # it as it will stay, and it starts ticks before the overlap (/proc start times count 10 ms ticks).
+            "env -i setsid sh -c 'while :; do sleep 0.4; done' </dev/null >/dev/null 2>&1 & sleep 0.3; echo started",
             kill_orphans=False,
             timeout_ms=None,
         )
