@@ -26,6 +26,11 @@ _SANITIZE = {
     "urls": "http://a:" * 20_000,
     "csi": "\x1b[" * 50_000,
     "ignore": "ignore " * 30_000,
+    "one long word": "a" * 200_000,
+    "look-alikes": "\u0456" * 200_000,
+    "combining marks": "i\u0307" * 100_000,
+    "names": "ignore_" * 30_000,
+    "spelled out": "i " * 100_000,
 }
 _POLICY = {
     "semicolons": "a;" * 60_000,
