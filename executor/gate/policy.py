@@ -85,6 +85,7 @@ from executor.gate.shell import (
     ParsedCommand,
     judged_written,
     parse_command,
+    path_under,
     resolve_target,
 )
 from executor.models import BashAction, Decision, WriteAction
@@ -311,8 +312,7 @@ class PathRule:
         if any(pattern.fullmatch(path) for pattern in self.globs):
             return True
         if self.outside is not None:
-            root = self.outside.rstrip("/") or "/"
-            return not (path == root or path.startswith(root + "/") or root == "/")
+            return not path_under(path, self.outside)
         return False
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "is_simple",
     "judged_written",
     "parse_command",
+    "path_under",
     "resolve_target",
     "target_variants",
 ]
@@ -286,11 +287,13 @@ def judged_written(target: WriteTarget, path: str, *, workspace: str, home: str)
     """Whether ``path``, a placing of ``target``, is judged as written. What a link names counts where the session
     user writes (in the workspace or the home): a link to ``.git`` carries later writes into it, while one to
     ``/usr/bin/python3`` carries none the image would take."""
-    if target.via != LINK_SOURCE:
-        return True
-    return any(
-        path == (root or "/") or path.startswith(root + "/") for root in (workspace.rstrip("/"), home.rstrip("/"))
-    )
+    return target.via != LINK_SOURCE or path_under(path, workspace) or path_under(path, home)
+
+
+def path_under(path: str, root: str) -> bool:
+    """Whether the absolute, normalised ``path`` is ``root`` or inside it."""
+    root = root.rstrip("/") or "/"
+    return root == "/" or path == root or path.startswith(root + "/")
 
 
 def resolve_target(target: WriteTarget, *, cwd: str, home: str) -> tuple[tuple[str, ...], bool]:

@@ -33,6 +33,7 @@ from executor.gate.shell import (
     ParsedCommand,
     judged_written,
     parse_command,
+    path_under,
     resolve_target,
     target_variants,
 )
@@ -167,11 +168,6 @@ class Findings:
         return out
 
 
-def _under(path: str, root: str) -> bool:
-    root = root.rstrip("/") or "/"
-    return root == "/" or path == root or path.startswith(root + "/")
-
-
 def assess_path(path: str, findings: Findings, *, workspace: str, home: str, writing: bool = True) -> None:
     """Raise ``sensitive_path`` (and ``privilege``) for a path a command or write may write."""
     if path.startswith("~"):
@@ -223,7 +219,7 @@ def assess_path(path: str, findings: Findings, *, workspace: str, home: str, wri
         if _DISK.match(path):
             findings.raise_to("destructive", 3, f"writes the raw device {path}")
         return
-    if writing and not _under(path, workspace) and not _under(path, "/tmp"):
+    if writing and not path_under(path, workspace) and not path_under(path, "/tmp"):
         findings.raise_to("sensitive_path", 1, f"writes outside the workspace ({path})")
 
 
@@ -273,8 +269,8 @@ def _assess_candidate(argv: tuple[str, ...], findings: Findings, workspace: str,
                 op
                 for op in operands
                 if op.startswith("/")
-                and not _under(posixpath.normpath(op), workspace)
-                and not _under(posixpath.normpath(op), "/tmp")
+                and not path_under(posixpath.normpath(op), workspace)
+                and not path_under(posixpath.normpath(op), "/tmp")
             ]
             if outside:
                 findings.raise_to("destructive", 2, f"recursively deletes outside the workspace ({outside[0]})")
