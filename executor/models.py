@@ -35,6 +35,7 @@ __all__ = [
     "FileState",
     "JudgmentRecord",
     "JudgmentRequest",
+    "Outcome",
     "ProcInfo",
     "Question",
     "QuestionTable",
@@ -42,6 +43,8 @@ __all__ = [
     "RunResult",
     "RunSpec",
     "StreamName",
+    "Tool",
+    "ToolResult",
     "WriteAction",
     "canonical_json",
 ]
@@ -185,6 +188,67 @@ class RunResult(_Model):
         if self.signal is not None:
             return 128 + self.signal
         return 125
+
+
+Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
+"""How a tool call ended, from the caller's point of view.
+
+``completed``: it ran and exited 0 (or the write/read succeeded); ``failed``: it ran and exited nonzero, was killed
+by a signal we did not send, or by the OOM killer; ``timeout``/``cancelled``: we killed its process group;
+``blocked``: it needs an approval nobody can give; ``denied``: policy, judge or a person said no, or the approval
+was invalidated; ``error``: the executor or the sandbox failed (``sandbox_lost``, a refused write);
+``unresponsive``: the agent did not answer within the host's own bound (the session is now unhealthy)."""
+
+Tool = Literal["bash", "exec", "write_file", "read_output", "search_output", "task_start", "task_read"]
+"""The call a result answers: an MCP tool's name, or ``exec`` (an argument list run without a shell)."""
+
+
+class ToolResult(_Model):
+    """What one call returns, on every surface (the in-process API, the service and its clients): the model's
+    bounded ``text`` view, the structured facts, and the command's raw streams as exact bytes.
+
+    The raw streams are bounded by the surface that returns them: a session's ``bash`` and ``task_read`` by the
+    display budget (``artifacts.display_max_chars``), ``exec`` by its ``max_output_bytes``, the service by
+    ``service.result_stream_max_bytes``. ``stdout_whole`` says whether ``stdout`` is all of it; the artifact
+    (``artifact_id``) always keeps the whole capture. Over JSON the bytes travel as base64.
+    """
+
+    tool: Tool
+    """Which call produced it."""
+    outcome: Outcome
+    """How the call ended."""
+    text: str
+    """The exact, bounded, sanitized view presented to a model (for ``exec``: the run header, or why the gate
+    refused it)."""
+    action_id: str | None = None
+    """The gated action's id (bash, exec, write_file and task starts)."""
+    artifact_id: str | None = None
+    """The artifact holding every captured stream whole (recover with read_output / search_output)."""
+    run: RunResult | None = None
+    """Exit code, cause, duration, CPU, max RSS and orphans of a run."""
+    exit_code: int | None = None
+    """The command's shell-style status (128+N for signal N), when it ran."""
+    task_id: str | None = None
+    """The background task started or read (task_start, task_read)."""
+    stdout: Base64Bytes = b""
+    """The command's raw stdout from its first byte (bash, exec), or the page's bytes (task_read of stdout): not
+    sanitized, any bytes, cut at the surface's bound; empty when the call ran no command."""
+    stdout_whole: bool | None = None
+    """``stdout`` is the whole stream (for task_read: the page is the whole, ended stream); False: it was cut here
+    or by the capture cap (read the artifact for more); None when the call ran no command (or read the other
+    stream)."""
+    stderr: Base64Bytes = b""
+    """The command's raw stderr, like ``stdout``."""
+    stderr_whole: bool | None = None
+    """``stderr`` is the whole stream."""
+    stdout_dropped: int = 0
+    """Bytes of stdout a live exec stream from the service did not carry because its reader fell further behind
+    than the service spools (``service.stream_spool_bytes``); 0 otherwise (in-process results never drop). The
+    artifact has every byte."""
+    stderr_dropped: int = 0
+    """As ``stdout_dropped``, for stderr."""
+    data: dict[str, object] | None = None
+    """Tool-specific structured data (write result, page receipts, task chunk)."""
 
 
 FileKind = Literal["missing", "regular", "directory", "symlink", "fifo", "socket", "char", "block", "other"]

@@ -280,7 +280,7 @@ async def test_a_container_gone_mid_run_is_never_a_success(make_settings: Callab
         finally:
             with trio.CancelScope(shield=True):
                 await ex.backend.stop_session(session.id)
-    assert result.exit_code is None and "begun" in (result.stdout or "")
+    assert result.exit_code is None and b"begun" in result.stdout
     assert result.run is not None
     if how == "stop":
         assert (result.outcome, result.run.cause) == ("cancelled", "cancelled")
@@ -354,11 +354,11 @@ async def test_a_shells_program_on_stdin_is_gated_as_the_command(make_settings: 
         assert planted.outcome == "denied"
         assert (await session.bash("test -e .git/hooks/pre-commit")).exit_code == 1
         harmless = await session.bash("sh -s", stdin=b"echo hi\n")
-        assert (harmless.outcome, harmless.stdout) == ("completed", "hi\n")
+        assert (harmless.outcome, harmless.stdout) == ("completed", b"hi\n")
     async with _session(make_settings(gate={"stdin_program_max_bytes": 4})) as session:
         unread = await session.bash("sh -s", stdin=b"echo hi\n")
-        assert unread.outcome not in ("completed", "denied") and unread.stdout is None
-        assert (await session.bash("cat", stdin=b"echo hi\n")).stdout == "echo hi\n"
+        assert unread.outcome not in ("completed", "denied") and unread.stdout_whole is None
+        assert (await session.bash("cat", stdin=b"echo hi\n")).stdout == b"echo hi\n"
 
 
 @pytest.mark.parametrize("how", ["attach", "open"])
@@ -399,7 +399,7 @@ async def test_a_named_session_its_creator_left_in_created_is_recreated(
             opened = ex.attach_session(name, create=True) if attach else ex.open_session(name=name, keep=True)
             async with opened as session:
                 assert session.id == session_id
-                assert (await session.bash("echo back")).stdout == "back\n"
+                assert (await session.bash("echo back")).stdout == b"back\n"
         finally:
             with trio.CancelScope(shield=True):
                 await ex.backend.stop_session(session_id)
@@ -441,4 +441,4 @@ async def test_stdin_a_command_leaves_unread_never_breaks_the_connection(
             assert ignored.outcome == "completed", ignored.text
             with trio.fail_after(30):
                 after = await session.bash("echo after", timeout_ms=10_000)
-            assert (after.outcome, after.stdout) == ("completed", "after\n"), after.text
+            assert (after.outcome, after.stdout) == ("completed", b"after\n"), after.text

@@ -121,7 +121,7 @@ def cp_command(
     if result.outcome == "completed":
         text = copied_text(stats, into)
     elif result.outcome == "failed":
-        text = failed_text(result.stderr or "", result.exit_code, result.artifact_id)
+        text = failed_text(result.stderr.decode("utf-8", "replace"), result.exit_code, result.artifact_id)
     else:
         text = result.text
     data_out = cp_json(

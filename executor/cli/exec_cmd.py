@@ -38,8 +38,8 @@ Exit codes:
              "orphans_left", "orphans_killed", "orphans_left_total", "orphans_killed_total", "drain_cut"} | null,
      "stdout": str,                  # the command's raw stdout (not sanitized; UTF-8, an invalid byte as U+FFFD),
                                      # its first service.result_stream_max_bytes bytes
-     "stdout_complete": bool,        # whether "stdout" is the whole stream (else read the artifact)
-     "stderr": str, "stderr_complete": bool,
+     "stdout_whole": bool,           # whether "stdout" is the whole stream (else read the artifact)
+     "stderr": str, "stderr_whole": bool,
      "session": SESSION|null}        # {"id", "name", "image", "profile", "state", "created_at", "owner",
                                      #  "idle_limit_s", "idle_s"} (null where unknown; executor.cli.shapes)
 
@@ -362,16 +362,16 @@ def exec_command(
     result = ran
     code = exit_code_of(result)
     if json_mode:
-        stdout, stdout_complete = raw.get("stdout")
-        stderr, stderr_complete = raw.get("stderr")
+        stdout, stdout_whole = raw.get("stdout")
+        stderr, stderr_whole = raw.get("stderr")
         data = shapes.exec_json(
             result.model_dump(mode="json"),
             code=code,
             session=seen[0] if seen else None,
             stdout=stdout,
-            stdout_complete=stdout_complete,
+            stdout_whole=stdout_whole,
             stderr=stderr,
-            stderr_complete=stderr_complete,
+            stderr_whole=stderr_whole,
         )
         emit(data, "", json_mode=True)
     elif view:

@@ -156,9 +156,9 @@ def exec_json(
     code: int,
     session: Mapping[str, Any] | None,
     stdout: bytes,
-    stdout_complete: bool,
+    stdout_whole: bool,
     stderr: bytes,
-    stderr_complete: bool,
+    stderr_whole: bool,
 ) -> dict[str, Any]:
     """``executor exec --json`` (see :mod:`executor.cli.exec_cmd`)."""
     return {
@@ -170,9 +170,9 @@ def exec_json(
         "text": result.get("text", ""),
         "run": result.get("run"),
         "stdout": raw_text(stdout),
-        "stdout_complete": stdout_complete,
+        "stdout_whole": stdout_whole,
         "stderr": raw_text(stderr),
-        "stderr_complete": stderr_complete,
+        "stderr_whole": stderr_whole,
         "session": session_json(session),
     }
 

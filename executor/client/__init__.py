@@ -2,9 +2,10 @@
 (asyncio or trio: httpx runs on either through anyio).
 
 Both speak the ``/v1`` API over the service's unix socket (the default: ``service.sock`` under ``EXECUTOR_HOME``)
-or over TCP with a bearer token, and return the service's wire models (:mod:`executor.service.wire`): the same
-fields as the in-process :class:`~executor.session.ToolResult`, plus the raw streams of a command. Errors are the
-executor's own exceptions (``SessionNotFound``, ``CommandRejected``...), never httpx's and never an exception
+or over TCP with a bearer token. A call's result is :class:`~executor.models.ToolResult`, the very class the
+in-process API returns (``text`` for a model, the facts, and a command's raw ``stdout``/``stderr`` as bytes with
+``stdout_whole``/``stderr_whole``); the rest are the service's wire models (:mod:`executor.service.wire`). Errors
+are the executor's own exceptions (``SessionNotFound``, ``CommandRejected``...), never httpx's and never an exception
 group; a service that does not answer is :class:`~executor.errors.ServiceUnavailable`.
 
 Exec streams come as the service's binary frames (:data:`~executor.service.wire.EXEC_FRAMES`): a ``chunk`` event
@@ -44,6 +45,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 import executor.errors as _errors
 from executor.client._decode import ExecEvents, FrameError, LineDecoder
 from executor.errors import ExecutorError, PathRejected, ServiceUnavailable
+from executor.models import ToolResult
 from executor.service.wire import (
     EXEC_FRAMES,
     ApprovalAnswer,
@@ -52,15 +54,12 @@ from executor.service.wire import (
     ErrorResponse,
     ExecEvent,
     ExecRequest,
-    ExecResult,
     Health,
     PageEvent,
-    Result,
     ResultEvent,
     SessionCreate,
     SessionView,
     TaskEvent,
-    TaskPage,
     TaskStart,
     TaskView,
     WriteRequest,
@@ -72,11 +71,9 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ExecEvent",
-    "ExecResult",
-    "Result",
     "SessionView",
-    "TaskPage",
     "TaskView",
+    "ToolResult",
     "default_socket",
 ]
 
@@ -122,13 +119,13 @@ def _raise_for(response: httpx.Response, body: bytes) -> None:
     else:
         raise _exception(info.type, info.message)
     try:
-        result = ExecResult.model_validate_json(body)
+        result = ToolResult.model_validate_json(body)
     except ValidationError:
         raise ExecutorError(f"the service answered {response.status_code}: {body[:200]!r}") from None
     raise _refused_transfer(result)
 
 
-def _refused_transfer(result: ExecResult) -> ExecutorError:
+def _refused_transfer(result: ToolResult) -> ExecutorError:
     """A download refused by the gate or failed in the session: the service answers (409) with the tar's result."""
     if result.outcome == "denied":
         return _errors.ActionDenied(result.text)
@@ -175,7 +172,7 @@ def _check_tar_response(response: httpx.Response) -> None:
         raise ExecutorError(f"the service answered {response.status_code} without an archive")
 
 
-def _final(events: list[Any]) -> ExecResult:
+def _final(events: list[Any]) -> ToolResult:
     for event in reversed(events):
         if isinstance(event, ResultEvent):
             return event.result
@@ -517,7 +514,7 @@ class Client:
         focus_mode: Literal["off", "shadow", "on"] | None = None,
         intent: str | None = None,
         approvals: _Approvals = "wait",
-    ) -> ExecResult:
+    ) -> ToolResult:
         """Run ``command`` to its end and return its result (raw streams included, bounded).
 
         With ``approvals="wait"`` (the default) an action the gate asks about waits, up to
@@ -551,7 +548,7 @@ class Client:
         parents: bool = False,
         mode: str | None = None,
         approvals: _Approvals = "wait",
-    ) -> Result:
+    ) -> ToolResult:
         """Create or replace a file (staged, gated); ``parents`` creates missing folders, ``mode`` (octal) is set.
         A write the gate asks about waits for an answer as :meth:`exec` does (``approvals="none"``: blocked at once).
 
@@ -563,7 +560,7 @@ class Client:
             WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode, approvals=approvals
         )
         path_ = _Requests.session(session, "/write")
-        return _parse(Result, self._call("POST", path_, content=body, waits=approvals == "wait"))
+        return _parse(ToolResult, self._call("POST", path_, content=body, waits=approvals == "wait"))
 
     def upload(
         self,
@@ -573,7 +570,7 @@ class Client:
         *,
         contents: bool = True,
         approvals: _Approvals = "wait",
-    ) -> ExecResult:
+    ) -> ToolResult:
         """Copy a local file or folder into folder ``dest`` of the session (a gated tar unpack), streamed: memory
         stays flat whatever the size (the service bounds it: ``service.max_request_bytes``). An upload the gate asks
         about waits for an answer as :meth:`exec` does (``approvals="none"``: blocked at once).
@@ -589,7 +586,7 @@ class Client:
         path = _Requests.session(session, "/files")
         params = {"path": dest, "approvals": approvals}
         return _parse(
-            ExecResult, self._call("PUT", path, params=params, content=iter(packer), waits=approvals == "wait")
+            ToolResult, self._call("PUT", path, params=params, content=iter(packer), waits=approvals == "wait")
         )
 
     @contextmanager
@@ -656,7 +653,7 @@ class Client:
         start_line: int = 1,
         line_count: int | None = None,
         start_byte_in_line: int | None = None,
-    ) -> Result:
+    ) -> ToolResult:
         """One page of a stored stream.
 
         Raises:
@@ -666,7 +663,7 @@ class Client:
             stream=stream, start_line=start_line, line_count=line_count, start_byte_in_line=start_byte_in_line
         )
         path = _Requests.artifact(session, artifact_id)
-        return _parse(Result, self._call("GET", path, params=params))
+        return _parse(ToolResult, self._call("GET", path, params=params))
 
     def search_output(
         self,
@@ -677,7 +674,7 @@ class Client:
         stream: str | None = None,
         limit: int = 20,
         start_line: int = 1,
-    ) -> Result:
+    ) -> ToolResult:
         """Search a stored stream line by line.
 
         Raises:
@@ -685,7 +682,7 @@ class Client:
         """
         params = _drop_none(pattern=pattern, stream=stream, limit=limit, start_line=start_line)
         path = _Requests.artifact(session, artifact_id, "/search")
-        return _parse(Result, self._call("GET", path, params=params))
+        return _parse(ToolResult, self._call("GET", path, params=params))
 
     # -- tasks -----------------------------------------------------------------------------------------------
 
@@ -697,27 +694,28 @@ class Client:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         approvals: _Approvals = "wait",
-    ) -> Result:
+    ) -> ToolResult:
         """Start a background task; ``data["task_id"]`` names it."""
         body = _body(
             TaskStart, _command_refused, command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals
         )
         path = _Requests.session(session, "/tasks")
-        return _parse(Result, self._call("POST", path, content=body, waits=approvals == "wait"))
+        return _parse(ToolResult, self._call("POST", path, content=body, waits=approvals == "wait"))
 
     def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> TaskPage:
-        """One page of a task's stream from byte ``offset``: the view (``text``) and its exact bytes (``raw``);
-        ``data["next_offset"]`` continues."""
+    ) -> ToolResult:
+        """One page of a task's stream from byte ``offset``: the view (``text``) and its exact bytes (``stdout`` or
+        ``stderr``, the stream read); ``data["next_offset"]`` continues."""
         path = _Requests.task(session, task_id)
-        return _parse(TaskPage, self._call("GET", path, params={"stream": stream, "offset": offset}))
+        return _parse(ToolResult, self._call("GET", path, params={"stream": stream, "offset": offset}))
 
     @contextmanager
     def follow_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> Iterator[Iterator[TaskPage]]:
-        """Pages of a task's stream as they come (each with its exact bytes, ``raw``), until the task ends."""
+    ) -> Iterator[Iterator[ToolResult]]:
+        """Pages of a task's stream as they come (each with its exact bytes in ``stdout`` or ``stderr``), until the
+        task ends."""
         path = _Requests.task(session, task_id)
         params = {"stream": stream, "offset": offset, "follow": "true"}
         with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
@@ -747,14 +745,10 @@ class Client:
         self._call("POST", f"/v1/approvals/{_segment(approval_id, _no_approval)}", content=body)
 
 
-def _page(event: PageEvent) -> TaskPage:
-    return TaskPage(**event.result.model_dump(), raw=event.data)
-
-
-def _pages(events: Iterator[Any]) -> Iterator[TaskPage]:
+def _pages(events: Iterator[Any]) -> Iterator[ToolResult]:
     for event in events:
         if isinstance(event, PageEvent):
-            yield _page(event)
+            yield event.result
         elif isinstance(event, ErrorEvent):
             raise _exception(event.error.type, event.error.message)
 
@@ -912,7 +906,7 @@ class AsyncClient:
         focus_mode: Literal["off", "shadow", "on"] | None = None,
         intent: str | None = None,
         approvals: _Approvals = "wait",
-    ) -> ExecResult:
+    ) -> ToolResult:
         """See :meth:`Client.exec`."""
         finals: list[Any] = []
         async with self.stream_exec(
@@ -940,14 +934,14 @@ class AsyncClient:
         parents: bool = False,
         mode: str | None = None,
         approvals: _Approvals = "wait",
-    ) -> Result:
+    ) -> ToolResult:
         """See :meth:`Client.write`."""
         data = content.encode() if isinstance(content, str) else content
         body = _body(
             WriteRequest, _write_refused, path=path, content=data, parents=parents, mode=mode, approvals=approvals
         )
         path_ = _Requests.session(session, "/write")
-        return _parse(Result, await self._call("POST", path_, content=body, waits=approvals == "wait"))
+        return _parse(ToolResult, await self._call("POST", path_, content=body, waits=approvals == "wait"))
 
     async def upload(
         self,
@@ -957,7 +951,7 @@ class AsyncClient:
         *,
         contents: bool = True,
         approvals: _Approvals = "wait",
-    ) -> ExecResult:
+    ) -> ToolResult:
         """See :meth:`Client.upload`."""
         packer = iter(_packer(source, contents))
 
@@ -971,7 +965,7 @@ class AsyncClient:
         path = _Requests.session(session, "/files")
         params = {"path": dest, "approvals": approvals}
         return _parse(
-            ExecResult, await self._call("PUT", path, params=params, content=body(), waits=approvals == "wait")
+            ToolResult, await self._call("PUT", path, params=params, content=body(), waits=approvals == "wait")
         )
 
     @asynccontextmanager
@@ -1030,13 +1024,13 @@ class AsyncClient:
         start_line: int = 1,
         line_count: int | None = None,
         start_byte_in_line: int | None = None,
-    ) -> Result:
+    ) -> ToolResult:
         """See :meth:`Client.read_output`."""
         params = _drop_none(
             stream=stream, start_line=start_line, line_count=line_count, start_byte_in_line=start_byte_in_line
         )
         path = _Requests.artifact(session, artifact_id)
-        return _parse(Result, await self._call("GET", path, params=params))
+        return _parse(ToolResult, await self._call("GET", path, params=params))
 
     async def search_output(
         self,
@@ -1047,11 +1041,11 @@ class AsyncClient:
         stream: str | None = None,
         limit: int = 20,
         start_line: int = 1,
-    ) -> Result:
+    ) -> ToolResult:
         """See :meth:`Client.search_output`."""
         params = _drop_none(pattern=pattern, stream=stream, limit=limit, start_line=start_line)
         path = _Requests.artifact(session, artifact_id, "/search")
-        return _parse(Result, await self._call("GET", path, params=params))
+        return _parse(ToolResult, await self._call("GET", path, params=params))
 
     async def start_task(
         self,
@@ -1061,34 +1055,34 @@ class AsyncClient:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         approvals: _Approvals = "wait",
-    ) -> Result:
+    ) -> ToolResult:
         """See :meth:`Client.start_task`."""
         body = _body(
             TaskStart, _command_refused, command=command, cwd=cwd, env=dict(env) if env else None, approvals=approvals
         )
         path = _Requests.session(session, "/tasks")
-        return _parse(Result, await self._call("POST", path, content=body, waits=approvals == "wait"))
+        return _parse(ToolResult, await self._call("POST", path, content=body, waits=approvals == "wait"))
 
     async def read_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> TaskPage:
+    ) -> ToolResult:
         """See :meth:`Client.read_task`."""
         path = _Requests.task(session, task_id)
-        return _parse(TaskPage, await self._call("GET", path, params={"stream": stream, "offset": offset}))
+        return _parse(ToolResult, await self._call("GET", path, params={"stream": stream, "offset": offset}))
 
     @asynccontextmanager
     async def follow_task(
         self, session: str, task_id: str, *, stream: Literal["stdout", "stderr"] = "stdout", offset: int = 0
-    ) -> AsyncIterator[AsyncIterator[TaskPage]]:
+    ) -> AsyncIterator[AsyncIterator[ToolResult]]:
         """See :meth:`Client.follow_task`."""
         path = _Requests.task(session, task_id)
         params = {"stream": stream, "offset": offset, "follow": "true"}
         async with self._stream("GET", path, LineDecoder(_TASK_EVENT), params=params) as events:
 
-            async def pages() -> AsyncIterator[TaskPage]:
+            async def pages() -> AsyncIterator[ToolResult]:
                 async for event in events:
                     if isinstance(event, PageEvent):
-                        yield _page(event)
+                        yield event.result
                     elif isinstance(event, ErrorEvent):
                         raise _exception(event.error.type, event.error.message)
 

@@ -28,7 +28,9 @@ _ERROR_OUTCOMES = frozenset({"blocked", "denied", "error", "unresponsive"})
 """Outcomes where nothing ran (or the executor failed): reported with ``is_error``."""
 
 
-_NOT_FOR_MODELS = frozenset({"text", "stdout", "stdout_complete", "stderr", "stderr_complete"})
+_NOT_FOR_MODELS = frozenset(
+    {"text", "stdout", "stdout_whole", "stdout_dropped", "stderr", "stderr_whole", "stderr_dropped"}
+)
 """Fields left out of the structured content: the text is the content, and the raw streams are unsanitized (a
 model reads MCP results; it pages the streams, sanitized, with read_output)."""
 

@@ -72,17 +72,14 @@ from executor.service.wire import (
     ErrorInfo,
     ErrorResponse,
     ExecRequest,
-    ExecResult,
     FilesQuery,
     Health,
     PageEvent,
     ReadQuery,
-    Result,
     ResultEvent,
     SearchQuery,
     SessionCreate,
     SessionView,
-    TaskPage,
     TaskReadQuery,
     TaskStart,
     TaskView,
@@ -500,7 +497,7 @@ class _Api:
             if parent:
                 made, _ = await self._gated_bash(held, owner, f"mkdir -p -- {shlex.quote(parent)}", wait=wait)
                 if made.outcome != "completed":
-                    return _json(_wire(made))
+                    return _json(made)
         handler = self.service.approval_handler(held.session.id, owner) if wait else None
 
         async def run() -> ToolResult:
@@ -518,11 +515,11 @@ class _Api:
                 note = f"[the file was written, but its mode was not set to {mode}: the chmod was {chmod.outcome}]"
                 data = {**(result.data or {}), "mode_set": None, "mode_action_id": chmod.action_id}
                 update = {"outcome": chmod.outcome, "text": f"{result.text}\n{note}\n{chmod.text}", "data": data}
-                return _json(_wire(result.model_copy(update=update)))
+                return _json(result.model_copy(update=update))
             # The write reports the mode it staged with; say what the file has now.
             update = {"text": f"{result.text}\n[mode set to {mode}]", "data": {**(result.data or {}), "mode_set": mode}}
             result = result.model_copy(update=update)
-        return _json(_wire(result))
+        return _json(result)
 
     async def upload(self, request: Request) -> Response:
         query = self.query(request, FilesQuery)
@@ -671,7 +668,7 @@ class _Api:
                 line_count=query.line_count,
                 start_byte_in_line=query.start_byte_in_line,
             )
-        return _json(_wire(result))
+        return _json(result)
 
     async def search_output(self, request: Request) -> Response:
         query = self.query(request, SearchQuery, refused="OutputRangeError")
@@ -683,7 +680,7 @@ class _Api:
                 limit=query.limit,
                 start_line=query.start_line,
             )
-        return _json(_wire(result))
+        return _json(result)
 
     # -- tasks -------------------------------------------------------------------------------------------------
 
@@ -708,7 +705,7 @@ class _Api:
         result = await self.service.run(run)
         # 201 only when a task was made: a gated start (denied, blocked, an unanswered ask) made nothing and is
         # answered as exec and write answer theirs, 200 with the result saying why.
-        return _json(_wire(result), status=201 if result.outcome == "completed" else 200)
+        return _json(result, status=201 if result.outcome == "completed" else 200)
 
     async def read_task(self, request: Request) -> Response:
         query = self.query(request, TaskReadQuery, refused="OutputRangeError")
@@ -725,8 +722,8 @@ class _Api:
                 )
 
         if not query.follow:
-            view, raw = await page(query.offset)
-            return _json(TaskPage(**_wire(view).model_dump(), raw=raw.data))
+            view, _ = await page(query.offset)
+            return _json(view)
 
         async def lines() -> AsyncIterator[bytes]:
             at, sent = query.offset, False
@@ -739,7 +736,7 @@ class _Api:
                 done = not raw.running and raw.next_offset >= raw.end
                 if raw.data or done or not sent:
                     # Pages with nothing new are not sent: a follower sees new bytes, and the end.
-                    yield _line(PageEvent(result=_wire(view), data=raw.data))
+                    yield _line(PageEvent(result=view))
                     sent = True
                 if done:
                     return
@@ -795,7 +792,7 @@ class _CuttableResponse(StreamingResponse):
 
 
 class _HttpConflict(Exception):
-    def __init__(self, result: ExecResult) -> None:
+    def __init__(self, result: ToolResult) -> None:
         super().__init__(result.text)
         self.result = result
 
@@ -820,24 +817,17 @@ _PLAIN_BEFORE_START: Final[dict[str, type[ExecutorError]]] = {
 """Errors of an exec before anything ran that are a plain response (status by :func:`_status_of`), not a stream:
 the caller's input refused, or a session that cannot start a process now."""
 
-_TEXT_STREAMS: Final = frozenset({"stdout", "stderr", "stdout_complete", "stderr_complete"})
 
-
-def _wire(result: ToolResult) -> Result:
-    """A session result on the wire: the same fields, but the raw streams of a run travel as bytes (ExecResult),
-    not as the session result's UTF-8 text."""
-    return Result.model_validate(result.model_dump(exclude=set(_TEXT_STREAMS)))
-
-
-def _exec_result(result: ToolResult, raw: RawStreams, *, streams: bool = True) -> ExecResult:
+def _exec_result(result: ToolResult, raw: RawStreams, *, streams: bool = True) -> ToolResult:
+    """A command's result with the raw streams the service kept (up to ``service.result_stream_max_bytes`` each,
+    not the display budget the session cuts them at); a call that ran no command keeps its empty streams."""
+    if result.stdout_whole is None and result.stderr_whole is None:
+        return result
     stdout, stdout_whole = raw.get("stdout")
     stderr, stderr_whole = raw.get("stderr")
-    return ExecResult(
-        **_wire(result).model_dump(),
-        stdout=stdout if streams else b"",
-        stderr=stderr if streams else b"",
-        stdout_whole=stdout_whole,
-        stderr_whole=stderr_whole,
+    update = {"stdout_whole": stdout_whole, "stderr_whole": stderr_whole}
+    return result.model_copy(
+        update={**update, "stdout": stdout, "stderr": stderr} if streams else {**update, "stdout": b"", "stderr": b""}
     )
 
 
@@ -852,11 +842,11 @@ def _action_of(session: Session, artifact_id: str | None) -> str | None:
     return action if isinstance(action, str) else None
 
 
-def _cancelled(raw: RawStreams, artifact_id: str | None, action_id: str | None, why: str) -> ExecResult:
+def _cancelled(raw: RawStreams, artifact_id: str | None, action_id: str | None, why: str) -> ToolResult:
     stdout, stdout_whole = raw.get("stdout")
     stderr, stderr_whole = raw.get("stderr")
     kept = f"; partial output is kept in artifact {artifact_id}" if artifact_id else ""
-    return ExecResult(
+    return ToolResult(
         tool="bash",
         outcome="cancelled",
         text=f"[cancelled: {why}; the whole process group was killed{kept}]",

@@ -8,6 +8,7 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
+from executor.models import ToolResult
 from executor.service.wire import (
     EXEC_FRAMES,
     ApprovalAnswer,
@@ -15,16 +16,13 @@ from executor.service.wire import (
     ErrorResponse,
     ExecEvent,
     ExecRequest,
-    ExecResult,
     FilesQuery,
     Health,
     ReadQuery,
-    Result,
     SearchQuery,
     SessionCreate,
     SessionView,
     TaskEvent,
-    TaskPage,
     TaskReadQuery,
     TaskStart,
     TaskView,
@@ -39,14 +37,12 @@ _MODELS: Final[tuple[type[BaseModel], ...]] = (
     ApprovalView,
     ErrorResponse,
     ExecRequest,
-    ExecResult,
     Health,
-    Result,
     SessionCreate,
     SessionView,
-    TaskPage,
     TaskStart,
     TaskView,
+    ToolResult,
     WriteRequest,
 )
 
@@ -200,7 +196,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "operationId": "write",
                 "parameters": _params(None, *session_path),
                 "requestBody": _json_body(WriteRequest),
-                "responses": {"200": _ok("the write's result", _ref(Result)), **_errors(400, 404, 409, 413, 502)},
+                "responses": {"200": _ok("the write's result", _ref(ToolResult)), **_errors(400, 404, 409, 413, 502)},
             }
         },
         s + "/files": {
@@ -214,7 +210,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
                     },
                 },
-                "responses": {"200": _ok("the unpack's result", _ref(ExecResult)), **_errors(400, 404, 413, 502)},
+                "responses": {"200": _ok("the unpack's result", _ref(ToolResult)), **_errors(400, 404, 413, 502)},
             },
             "get": {
                 "operationId": "download",
@@ -229,14 +225,14 @@ def openapi_document(version: str) -> dict[str, Any]:
             "get": {
                 "operationId": "readOutput",
                 "parameters": _params(ReadQuery, "session", "artifact"),
-                "responses": {"200": _ok("one page", _ref(Result)), **_errors(400, 404, 502)},
+                "responses": {"200": _ok("one page", _ref(ToolResult)), **_errors(400, 404, 502)},
             }
         },
         s + "/artifacts/{artifact}/search": {
             "get": {
                 "operationId": "searchOutput",
                 "parameters": _params(SearchQuery, "session", "artifact"),
-                "responses": {"200": _ok("matches", _ref(Result)), **_errors(400, 404, 502)},
+                "responses": {"200": _ok("matches", _ref(ToolResult)), **_errors(400, 404, 502)},
             }
         },
         s + "/tasks": {
@@ -250,10 +246,10 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "parameters": _params(None, *session_path),
                 "requestBody": _json_body(TaskStart),
                 "responses": {
-                    "201": _ok("the task was started: the start's result (data.task_id names it)", _ref(Result)),
+                    "201": _ok("the task was started: the start's result (data.task_id names it)", _ref(ToolResult)),
                     "200": _ok(
                         "no task was made: the gate stopped it (outcome denied or blocked), as exec and write say",
-                        _ref(Result),
+                        _ref(ToolResult),
                     ),
                     **_errors(400, 404, 413, 502),
                 },
@@ -267,7 +263,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                     "200": {
                         "description": "one page (JSON), or with follow=true ndjson TaskEvent lines until the end",
                         "content": {
-                            "application/json": {"schema": _ref(TaskPage)},
+                            "application/json": {"schema": _ref(ToolResult)},
                             "application/x-ndjson": {"schema": task_event},
                         },
                     },

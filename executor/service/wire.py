@@ -2,8 +2,8 @@
 
 Pure pydantic (no trio, no docker): the service validates with these and generates its OpenAPI document from them,
 and :mod:`executor.client` parses with the same classes, so the two cannot drift. Bytes travel as base64 strings.
-:class:`Result` has the fields of :class:`executor.session.ToolResult` (a test checks that), so a result reads the
-same on every surface.
+A call's result is :class:`executor.models.ToolResult` itself, the class the in-process API returns, so a result
+reads the same on every surface.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from executor.errors import OutputRangeError
-from executor.models import Base64Bytes, RunResult
+from executor.models import Base64Bytes, RunResult, ToolResult
 
 __all__ = [
     "API_VERSION",
@@ -39,13 +39,11 @@ __all__ = [
     "ErrorResponse",
     "ExecEvent",
     "ExecRequest",
-    "ExecResult",
     "FilesQuery",
     "Health",
     "PageEvent",
     "PendingEvent",
     "ReadQuery",
-    "Result",
     "ResultEvent",
     "SearchQuery",
     "SessionCreate",
@@ -67,9 +65,6 @@ EXEC_FRAMES = "application/vnd.executor.exec-frames"
 bytes, the payload's length as 4 bytes big-endian, then the payload. Kind 1: stdout bytes, kind 2: stderr bytes,
 both raw as they arrived; kind 3: one UTF-8 JSON event (``dropped``, ``approval``, then a final ``result`` or
 ``error``), the same object as its ndjson line. Without that ``Accept`` the stream is ndjson (``ExecEvent`` lines)."""
-
-Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
-"""How a tool call ended (the in-process API's vocabulary)."""
 
 
 class _Wire(BaseModel):
@@ -181,57 +176,6 @@ class ExecRequest(_Wire):
     all of each)."""
 
 
-class Result(_Wire):
-    """What one tool call returns: the model's view plus the structured facts (``ToolResult``'s fields)."""
-
-    tool: Literal["bash", "write_file", "read_output", "search_output", "task_start", "task_read"]
-    """Which tool produced it."""
-    outcome: Outcome
-    """How the call ended."""
-    text: str
-    """The exact, bounded, sanitized view presented to a model."""
-    action_id: str | None = None
-    """The gated action's id."""
-    artifact_id: str | None = None
-    """The artifact holding every captured stream whole."""
-    task_id: str | None = None
-    """The background task's id (task tools)."""
-    run: RunResult | None = None
-    """Exit code, cause, duration, CPU, max RSS and orphans of a bash run."""
-    exit_code: int | None = None
-    """The command's shell-style status (128+N for signal N), when it ran."""
-    data: dict[str, object] | None = None
-    """Tool-specific structured data."""
-
-
-class TaskPage(Result):
-    """One page of a background task's stream: the model's view (``text``, ``data.offset``..``data.next_offset``)
-    and the page's exact bytes."""
-
-    raw: Base64Bytes = b""
-    """The page's raw bytes (base64), ``data.offset`` to ``data.next_offset`` of the stream, any bytes, UTF-8 or not:
-    the bytes ``text`` shows. A page is bounded by ``max_bytes`` and by the display budget
-    (``artifacts.display_max_chars``; ``data.next_offset`` continues)."""
-
-
-class ExecResult(Result):
-    """A bash result with the raw streams (each bounded by ``service.result_stream_max_bytes``)."""
-
-    stdout: Base64Bytes = b""
-    """The command's raw stdout (base64), from its first byte."""
-    stderr: Base64Bytes = b""
-    """The command's raw stderr (base64), from its first byte."""
-    stdout_whole: bool = True
-    """``stdout`` is all of it (else read the artifact)."""
-    stderr_whole: bool = True
-    """``stderr`` is all of it (else read the artifact)."""
-    stdout_dropped: int = 0
-    """Bytes of stdout the live stream did not carry because its reader fell further behind than the service
-    spools (``service.stream_spool_bytes``); 0: the live stream was whole. The artifact has every byte."""
-    stderr_dropped: int = 0
-    """As ``stdout_dropped``, for stderr."""
-
-
 class ChunkEvent(_Wire):
     """Bytes of a stream, as they arrived."""
 
@@ -269,8 +213,10 @@ class ResultEvent(_Wire):
     """The final event of an exec stream."""
 
     kind: Literal["result"] = "result"
-    result: ExecResult
-    """The result."""
+    result: ToolResult
+    """The result: a ``bash`` result whose ``stdout``/``stderr`` hold the raw streams from their first byte, each up
+    to ``service.result_stream_max_bytes`` (``*_whole`` says whether that is all; empty with ``result_streams``
+    false), and ``stdout_dropped``/``stderr_dropped`` the bytes the live stream did not carry."""
 
 
 class ErrorEvent(_Wire):
@@ -289,11 +235,9 @@ class PageEvent(_Wire):
     """One page of a followed task's stream."""
 
     kind: Literal["page"] = "page"
-    result: Result
-    """The page, as ``task`` read returns it (``data.next_offset`` continues)."""
-    data: Base64Bytes = b""
-    """The page's raw bytes (base64), ``data.offset`` to ``data.next_offset`` of the stream; bytes that are not
-    UTF-8 come as U+FFFD (the one loss)."""
+    result: ToolResult
+    """The page, as ``task`` read returns it: the exact bytes in ``stdout`` or ``stderr`` (the stream read),
+    ``data.next_offset`` continues."""
 
 
 TaskEvent = Annotated[PageEvent | ErrorEvent, Field(discriminator="kind")]

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from executor.session.api import (
     USE_DEFAULT,
     ArtifactBytes,
-    ExecResult,
     ExecutorAPI,
     FileContent,
     FocusMode,
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = [
     "USE_DEFAULT",
     "ArtifactBytes",
-    "ExecResult",
     "Executor",
     "ExecutorAPI",
     "FileContent",

@@ -1,5 +1,8 @@
 """The session API, defined once: the result models every surface returns and the typed contracts every surface uses.
 
+:class:`~executor.models.ToolResult` (re-exported here) is the one result of a call on every surface: it lives in
+:mod:`executor.models` so the service's clients, which import no trio, return the very same class.
+
 :class:`SessionAPI` and :class:`ExecutorAPI` are what the MCP server, the CLI and any fake
 (:mod:`executor.testing`) are typed against; :class:`~executor.session.Session` and
 :class:`~executor.session.Executor` implement them (mypy checks it), so a drifted signature is a type error, and a
@@ -16,13 +19,12 @@ from typing import Final, Literal, Protocol, TypeAlias
 from pydantic import BaseModel, ConfigDict
 
 from executor.gate.approvals import ApprovalHandler
-from executor.models import Base64Bytes, RunResult, StdinFile
+from executor.models import Base64Bytes, Outcome, RunResult, StdinFile, Tool, ToolResult
 from executor.sandbox.base import SessionInfo
 
 __all__ = [
     "USE_DEFAULT",
     "ArtifactBytes",
-    "ExecResult",
     "ExecutorAPI",
     "FileContent",
     "FocusMode",
@@ -31,17 +33,9 @@ __all__ = [
     "SessionAPI",
     "TaskBytes",
     "TaskInfo",
+    "Tool",
     "ToolResult",
 ]
-
-Outcome = Literal["completed", "failed", "timeout", "cancelled", "blocked", "denied", "error", "unresponsive"]
-"""How a tool call ended, from the caller's point of view.
-
-``completed``: it ran and exited 0 (or the write/read succeeded); ``failed``: it ran and exited nonzero, was killed
-by a signal we did not send, or by the OOM killer; ``timeout``/``cancelled``: we killed its process group;
-``blocked``: it needs an approval nobody can give; ``denied``: policy, judge or a person said no, or the approval
-was invalidated; ``error``: the executor or the sandbox failed (``sandbox_lost``, a refused write);
-``unresponsive``: the agent did not answer within the host's own bound (the session is now unhealthy)."""
 
 FocusMode = Literal["off", "shadow", "on"]
 """Focus rollout mode (see ``FocusSettings.mode``)."""
@@ -56,67 +50,6 @@ USE_DEFAULT: Final = _Default.USE_DEFAULT
 
 HandlerChoice: TypeAlias = ApprovalHandler | Literal[_Default.USE_DEFAULT] | None
 """Who answers an approval for one call: a handler, :data:`USE_DEFAULT` (the executor's), or None (nobody)."""
-
-
-class ToolResult(BaseModel):
-    """What one tool call returns: the presented text plus the structured facts behind it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    tool: Literal["bash", "write_file", "read_output", "search_output", "task_start", "task_read"]
-    """Which tool produced it (the MCP tool's name)."""
-    outcome: Outcome
-    """How the call ended."""
-    text: str
-    """The exact, bounded, sanitized view presented to the model."""
-    action_id: str | None = None
-    """The gated action's id (bash, write_file and task starts)."""
-    artifact_id: str | None = None
-    """The artifact holding every captured stream whole (recover with read_output / search_output)."""
-    run: RunResult | None = None
-    """Exit code, cause, duration, CPU, max RSS and orphans of a bash run."""
-    exit_code: int | None = None
-    """The command's shell-style status (128+N for signal N), when it ran."""
-    task_id: str | None = None
-    """The background task started or read (task_start, task_read)."""
-    stdout: str | None = None
-    """The command's raw stdout (bash) or the task chunk's bytes (task_read), as UTF-8 with invalid bytes replaced,
-    not sanitized, cut at the display budget (``artifacts.display_max_chars``); None when the tool ran no command."""
-    stdout_complete: bool | None = None
-    """``stdout`` is the whole stream; False: it was cut here (or by the capture cap): read the artifact for more."""
-    stderr: str | None = None
-    """The command's raw stderr, like ``stdout``."""
-    stderr_complete: bool | None = None
-    """``stderr`` is the whole stream."""
-    data: dict[str, object] | None = None
-    """Tool-specific structured data (write result, page receipts, task chunk)."""
-
-
-class ExecResult(BaseModel):
-    """What one raw exec returns: whole output bytes and the exit status, for programs (no model view)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    outcome: Outcome
-    """How the call ended (``denied``/``blocked``: the gate refused it and nothing ran; see ``text``)."""
-    exit_code: int | None
-    """Shell-style status (128+N for signal N); None when nothing ran or the sandbox was lost."""
-    stdout: Base64Bytes = b""
-    """The command's whole stdout, up to ``max_output_bytes`` (then ``stdout_truncated``)."""
-    stderr: Base64Bytes = b""
-    """The command's whole stderr, up to ``max_output_bytes``."""
-    stdout_truncated: bool = False
-    """More stdout was produced than ``max_output_bytes``; the stored artifact keeps its head and tail."""
-    stderr_truncated: bool = False
-    """More stderr was produced than ``max_output_bytes``."""
-    text: str = ""
-    """A one-line summary (the run header), or why the gate refused the call."""
-    action_id: str | None = None
-    """The gated action's id."""
-    artifact_id: str | None = None
-    """The artifact holding the streams (``read_artifact`` reads its bytes)."""
-    run: RunResult | None = None
-    """Cause, duration, CPU, max RSS and orphans of the run."""
 
 
 class FileContent(BaseModel):
@@ -251,7 +184,7 @@ class SessionAPI(Protocol):
         user: str | None = None,
         max_output_bytes: int | None = None,
         approval_handler: HandlerChoice = USE_DEFAULT,
-    ) -> ExecResult:
+    ) -> ToolResult:
         """Run an argument list (no shell), gated and journaled, and return its whole output bytes."""
         ...
 

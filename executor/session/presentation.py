@@ -313,12 +313,12 @@ class Views:
         """The bounded (head and tail) view of an artifact."""
         return bounded_view(self._artifacts, artifact_id, hints=self.hints)
 
-    def raw_stream(self, record: ArtifactRecord, stream: str) -> tuple[str, bool]:
-        """A finished artifact's stream as raw text, cut at the display budget, and whether that is the whole stream
-        (an empty stream is answered from the record, without a read)."""
+    def raw_stream(self, record: ArtifactRecord, stream: str) -> tuple[bytes, bool]:
+        """A finished artifact's stream as its exact bytes, cut at the display budget, and whether that is the whole
+        stream (an empty stream is answered from the record, without a read)."""
         info = record.streams.get(stream)
         if info is not None and info.bytes_total == 0 and not info.growing:
-            return "", True
+            return b"", True
         page = self._artifacts.read_output(
             record.id,
             stream=stream,
@@ -326,7 +326,7 @@ class Views:
             line_count=_RAW_MAX_LINES,
             budget_chars=self._settings.artifacts.display_max_chars,
         )
-        return page.data.decode("utf-8", "replace"), page.complete
+        return page.data, page.complete
 
     def read_page(self, page: ReadPage) -> str:
         """A ``read_output`` page as text (raw; the caller sanitizes it).

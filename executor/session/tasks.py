@@ -289,10 +289,9 @@ class BackgroundTasks:
             header += f"; next: {call}"
         header += "]"
         text = await self._views.sanitize(f"{header}\n{raw}" if raw else header, artifact_id=record.artifact_id)
-        # The page's bytes as text (they fit the display budget); "complete" only when they are the whole, ended
-        # stream.
-        shown = chunk.data.decode("utf-8", "replace")
-        complete = chunk.start == 0 and chunk.offset == 0 and not chunk.running and next_offset >= chunk.end
+        # The page's exact bytes (they fit the display budget); "whole" only when they are the whole, ended stream.
+        shown = chunk.data
+        whole = chunk.start == 0 and chunk.offset == 0 and not chunk.running and next_offset >= chunk.end
         view = ToolResult(
             tool="task_read",
             outcome="completed",
@@ -300,10 +299,10 @@ class BackgroundTasks:
             artifact_id=record.artifact_id,
             task_id=task_id,
             run=chunk.result,
-            stdout=shown if stream == "stdout" else None,
-            stdout_complete=complete if stream == "stdout" else None,
-            stderr=shown if stream == "stderr" else None,
-            stderr_complete=complete if stream == "stderr" else None,
+            stdout=shown if stream == "stdout" else b"",
+            stdout_whole=whole if stream == "stdout" else None,
+            stderr=shown if stream == "stderr" else b"",
+            stderr_whole=whole if stream == "stderr" else None,
             data={
                 "task_id": task_id,
                 "stream": stream,

@@ -45,7 +45,6 @@ from executor.gate.judge import Judge
 from executor.session.api import (
     USE_DEFAULT,
     ArtifactBytes,
-    ExecResult,
     FileContent,
     HandlerChoice,
     TaskBytes,
@@ -149,7 +148,7 @@ class ThreadedSession:
         user: str | None = None,
         max_output_bytes: int | None = None,
         approval_handler: HandlerChoice = USE_DEFAULT,
-    ) -> ExecResult:
+    ) -> ToolResult:
         """See :meth:`executor.session.Session.exec`."""
         return await self._call(
             lambda: self.session.exec(

@@ -45,7 +45,6 @@ from executor.sandbox.usage import usage_path
 from executor.session.api import (
     USE_DEFAULT,
     ArtifactBytes,
-    ExecResult,
     FileContent,
     FocusMode,
     HandlerChoice,
@@ -336,14 +335,14 @@ class Session:
         if result.drain_cut:
             parts.append("[a process still held the output pipes after the command exited; reading stopped]")
         text = await self._views.sanitize("\n".join(parts), artifact_id=record.id)
-        stdout, stdout_complete = self._views.raw_stream(record, "stdout")
-        stderr, stderr_complete = self._views.raw_stream(record, "stderr")
+        stdout, stdout_whole = self._views.raw_stream(record, "stdout")
+        stderr, stderr_whole = self._views.raw_stream(record, "stderr")
         return ToolResult(
             tool="bash",
             stdout=stdout,
-            stdout_complete=stdout_complete,
+            stdout_whole=stdout_whole,
             stderr=stderr,
-            stderr_complete=stderr_complete,
+            stderr_whole=stderr_whole,
             outcome=outcome_of(result),
             text=text,
             action_id=action_id,
@@ -463,7 +462,7 @@ class Session:
         user: str | None = None,
         max_output_bytes: int | None = None,
         approval_handler: HandlerChoice = USE_DEFAULT,
-    ) -> ExecResult:
+    ) -> ToolResult:
         """Run an argument list directly (no shell), gated and journaled like :meth:`bash`, for programs.
 
         The gate reads the list as its shell rendering (``shlex.join``); the action's identity binds the exact list,
@@ -481,7 +480,7 @@ class Session:
             timeout_ms: deadline (default ``bash.timeout_ms``, at most ``bash.max_timeout_ms``).
             user: the session user (its uid, ``uid:gid`` or None) only: commands never run as another user.
             max_output_bytes: bytes of each stream returned (default ``bash.max_stdin_bytes``); more sets
-                ``stdout_truncated``/``stderr_truncated``.
+                ``stdout_whole``/``stderr_whole`` false.
             approval_handler: who answers an ask for this call.
 
         Raises:
@@ -511,7 +510,7 @@ class Session:
             raise CommandRejected(f"max_output_bytes must be >= 0, got {cap}")
         action_id, gated = await self._gate_run(spec, approval_handler, tool="bash", exec_argv=words)
         if gated is not None:
-            return ExecResult(outcome=gated.outcome, exit_code=None, text=gated.text, action_id=action_id)
+            return ToolResult(tool="exec", outcome=gated.outcome, text=gated.text, action_id=action_id)
         spawn: list[str] | None = list(words) if words[0].startswith("/") else ["/usr/bin/env", "--", *words]
         run_spec = spec
         if sum(len(word.encode("utf-8", "surrogateescape")) + 1 for word in words) > _ARGV_INLINE_BYTES:
@@ -550,14 +549,15 @@ class Session:
                 exit_code=result.exit_code,
                 duration_ms=result.duration_ms,
             )
-        return ExecResult(
+        return ToolResult(
+            tool="exec",
             outcome=outcome_of(result),
             # No status when the agent never reported one (the sandbox lost, or the session stopped under the run).
             exit_code=None if result.exit_code is None and result.signal is None else result.display_code,
             stdout=bytes(sink.data["stdout"]),
             stderr=bytes(sink.data["stderr"]),
-            stdout_truncated="stdout" in sink.overflow,
-            stderr_truncated="stderr" in sink.overflow,
+            stdout_whole="stdout" not in sink.overflow,
+            stderr_whole="stderr" not in sink.overflow,
             text=run_header(result, spec.timeout_ms, spec.grace_ms, stopped=self._stopped),
             action_id=action_id,
             artifact_id=record.id,

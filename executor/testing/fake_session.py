@@ -34,7 +34,6 @@ from executor.sandbox.base import SessionInfo
 from executor.session import (
     USE_DEFAULT,
     ArtifactBytes,
-    ExecResult,
     ExecutorAPI,
     FileContent,
     FocusMode,
@@ -112,10 +111,10 @@ class FakeSession:
             text=f"$ {command}\n(exit 0)",
             artifact_id=f"{self.id}.a{len(self.ran)}",
             exit_code=0,
-            stdout="",
-            stdout_complete=True,
-            stderr="",
-            stderr_complete=True,
+            stdout=b"",
+            stdout_whole=True,
+            stderr=b"",
+            stderr_whole=True,
         )
 
     async def exec(
@@ -129,10 +128,20 @@ class FakeSession:
         user: str | None = None,
         max_output_bytes: int | None = None,
         approval_handler: HandlerChoice = USE_DEFAULT,
-    ) -> ExecResult:
+    ) -> ToolResult:
         """Record the argument list; it "exits" 0 with empty output."""
         self.ran.append(shlex.join(argv))
-        return ExecResult(outcome="completed", exit_code=0, artifact_id=f"{self.id}.a{len(self.ran)}")
+        return ToolResult(
+            tool="exec",
+            outcome="completed",
+            text=f"$ {shlex.join(argv)}\n(exit 0)",
+            artifact_id=f"{self.id}.a{len(self.ran)}",
+            exit_code=0,
+            stdout=b"",
+            stdout_whole=True,
+            stderr=b"",
+            stderr_whole=True,
+        )
 
     async def write_file(
         self,

@@ -97,7 +97,7 @@ def test_a_ci_script_end_to_end_through_the_thin_cli(service_home: Path, tmp_pat
         as_json = _run(home, "--json", "exec", "--session", name, "--", "cd proj && sh test.sh")
         log = as_json.json()
         assert (log["outcome"], log["exit_code"], log["command_exit_code"]) == ("failed", 1, 1)
-        assert log["stderr"] == "test_two ... FAIL: expected 3, got 4\n" and log["stderr_complete"] is True
+        assert log["stderr"] == "test_two ... FAIL: expected 3, got 4\n" and log["stderr_whole"] is True
         hit = _run(home, "--json", "output", "search", log["artifact_id"], "--pattern", "FAIL")
         assert hit.code == 0 and "expected 3, got 4" in hit.json()["text"]
         miss = _run(home, "output", "search", log["artifact_id"], "--pattern", "segfault")

@@ -33,9 +33,9 @@ RESULT_KEYS = {
     "text",
     "run",
     "stdout",
-    "stdout_complete",
+    "stdout_whole",
     "stderr",
-    "stderr_complete",
+    "stderr_whole",
     "session",
 }
 
@@ -53,7 +53,7 @@ def test_throwaway_session_gives_the_json_shape_and_is_removed(either_home: Path
     assert set(data) == RESULT_KEYS
     assert (data["outcome"], data["exit_code"], data["command_exit_code"]) == ("completed", 0, 0)
     assert "hello world" in data["text"]
-    assert (data["stdout"], data["stdout_complete"], data["stderr"], data["stderr_complete"]) == (
+    assert (data["stdout"], data["stdout_whole"], data["stderr"], data["stderr_whole"]) == (
         "hello world\n",
         True,
         "",
@@ -251,7 +251,7 @@ def test_output_streams_live_and_byte_exact(either_home: Path) -> None:
         assert hashlib.sha256(both.stderr_bytes).hexdigest() == digest
         as_json = cli(home, "--json", "exec", "--session", name, "--", "head -c 2000000 blob")
         data = as_json.json()
-        assert data["stdout_complete"] is False and data["stdout"]  # bounded, and says so
+        assert data["stdout_whole"] is False and data["stdout"]  # bounded, and says so
         # The kept head is the blob's head (UTF-8 with U+FFFD for invalid bytes; its last character may be a
         # sequence the bound cut): random bytes carry every base64 character across the wire.
         kept = data["stdout"][:-1]

@@ -112,7 +112,7 @@ def test_tasks_and_results_keep_their_documented_keys() -> None:
     assert (stopped["outcome"], stopped["exit_code"]) == ("completed", 0)
     result = {"outcome": "failed", "exit_code": 3, "text": "v", "run": None, "artifact_id": "s-1.a1"}
     data = shapes.exec_json(
-        result, code=3, session=None, stdout=b"a\xffb", stdout_complete=True, stderr=b"", stderr_complete=False
+        result, code=3, session=None, stdout=b"a\xffb", stdout_whole=True, stderr=b"", stderr_whole=False
     )
     assert (data["stdout"], data["command_exit_code"], data["session"]) == ("a\ufffdb", 3, None)
     assert shapes.error_json("bad", 2) == {"outcome": "error", "error": "bad", "exit_code": 2}

@@ -9,7 +9,8 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from executor.client._decode import ExecEvents, FrameDecoder, FrameError, LineDecoder
-from executor.service.wire import ChunkEvent, ErrorInfo, ExecEvent, ExecResult, PendingEvent, ResultEvent
+from executor.models import ToolResult
+from executor.service.wire import ChunkEvent, ErrorInfo, ExecEvent, PendingEvent, ResultEvent
 
 _EXEC: TypeAdapter[ExecEvent] = TypeAdapter(ExecEvent)
 
@@ -50,7 +51,7 @@ def test_a_bad_header_or_a_cut_frame_is_an_error() -> None:
 def test_exec_events_carry_raw_bytes_and_parse_the_json_ones() -> None:
     """Raw frames become chunk events with the exact bytes; event frames are parsed; the result is the final."""
     pending = PendingEvent(approval_id="a1", summary="rm -rf x")
-    result = ResultEvent(result=ExecResult(tool="bash", outcome="completed", text="ok", stdout=b"\x00\x01"))
+    result = ResultEvent(result=ToolResult(tool="bash", outcome="completed", text="ok", stdout=b"\x00\x01"))
     wire = (
         _frame(1, b"\x00\xffraw")
         + _frame(3, pending.model_dump_json().encode())

@@ -120,10 +120,10 @@ def test_task_pages_carry_their_exact_bytes_and_bad_ranges_are_output_range_erro
             started = client.start_task(session, "cat bytes.bin; sleep 1; echo c", approvals="none")
             task_id = str((started.data or {})["task_id"])
             with client.follow_task(session, task_id) as pages:
-                followed = b"".join(page.raw for page in pages)
+                followed = b"".join(page.stdout for page in pages)
             assert followed == b"a\xffb\nc\n"
             page = client.read_task(session, task_id, offset=1)
-            assert page.raw == b"\xffb\nc\n" and "\\xff" in page.text, page.text
+            assert page.stdout == b"\xffb\nc\n" and "\\xff" in page.text, page.text
             ran = client.exec(session, "seq 3")
             artifact_id = str(ran.artifact_id)
             with pytest.raises(OutputRangeError):

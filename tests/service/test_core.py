@@ -102,7 +102,7 @@ async def test_work_arriving_while_an_idle_stop_is_decided_keeps_the_session(
                         await accepted.wait()
                         go.set()
                 (result,) = results
-                assert result.outcome == "completed" and result.stdout == "started\nfinished\n", result
+                assert result.outcome == "completed" and result.stdout == b"started\nfinished\n", result
                 assert service.held.get(held.session.id) is held and not held.stopping
                 assert (await executor.backend.find_session(name)).state == "running"
         finally:

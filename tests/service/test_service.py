@@ -10,13 +10,14 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import httpx
 import pytest
 import trio
 
 from executor.client import AsyncClient, Client
+from executor.config import load_settings
 from executor.errors import (
     ApprovalNotFound,
     ArtifactNotFound,
@@ -30,8 +31,8 @@ from executor.errors import (
     TaskNotFound,
     Unauthorized,
 )
-from executor.service.wire import ChunkEvent, ExecResult, Result
-from executor.session import Outcome, ToolResult
+from executor.service.wire import ChunkEvent
+from executor.session import ToolResult, open_executor
 from executor.testing.cli import cli
 from tests.service.conftest import TOKEN_A, TOKEN_B, ServiceProcess, new_name
 
@@ -41,21 +42,39 @@ ASKED = "touch asked-{tag} && crontab -l"
 """A command the default policy asks about (crontab-and-services); it leaves a marker file if it runs."""
 
 
-def test_result_fields_are_the_in_process_ones() -> None:
-    """A service result carries exactly ToolResult's fields, less the raw streams as text: the exec result carries
-    them as bytes."""
-    text_streams = {"stdout", "stderr", "stdout_complete", "stderr_complete"}
-    assert set(Result.model_fields) == set(ToolResult.model_fields) - text_streams
-    assert get_args(Result.model_fields["outcome"].annotation) == get_args(Outcome)
-    assert get_args(Result.model_fields["tool"].annotation) == get_args(ToolResult.model_fields["tool"].annotation)
-    assert set(ExecResult.model_fields) - set(Result.model_fields) == {
-        "stdout",
-        "stderr",
-        "stdout_whole",
-        "stderr_whole",
-        "stdout_dropped",
-        "stderr_dropped",
-    }
+def test_a_command_gives_the_same_result_in_process_and_over_the_client(
+    shared_service: ServiceProcess, home: Path
+) -> None:
+    """The same commands give equal facts in-process (Session.bash) and over executor.client: raw stream bytes (not
+    UTF-8 ones included), whole flags, outcome, exit code; a call the gate stops carries empty streams and no flag."""
+    ran = "echo out | iconv -t UTF-16; echo err >&2; exit 3"  # not UTF-8: a byte-order mark, then UTF-16
+    asked = ASKED.format(tag="same")
+
+    async def in_process() -> tuple[ToolResult, ToolResult]:
+        async with open_executor(load_settings(overrides={"home": str(home)})) as ex, ex.open_session() as session:
+            return await session.bash(ran), await session.bash(asked, approval_handler=None)
+
+    local = trio.run(in_process)
+    with shared_service.client() as client:
+        session = client.create_session().id
+        remote = (client.exec(session, ran), client.exec(session, asked, approvals="none"))
+
+    def facts(result: ToolResult) -> tuple[object, ...]:
+        return (
+            type(result),
+            result.tool,
+            result.outcome,
+            result.exit_code,
+            result.stdout,
+            result.stderr,
+            result.stdout_whole,
+            result.stderr_whole,
+            result.stdout_dropped,
+        )
+
+    assert [facts(r) for r in local] == [facts(r) for r in remote]
+    assert facts(local[0])[1:] == ("bash", "failed", 3, "out\n".encode("utf-16"), b"err\n", True, True, 0)
+    assert facts(local[1])[1:] == ("bash", "blocked", None, b"", b"", None, None, 0)
 
 
 def test_exec_streams_chunks_before_the_command_ends(shared_service: ServiceProcess) -> None:
@@ -409,8 +428,8 @@ def test_task_pages_followed_by_next_offset_carry_every_byte_once(shared_service
             header, _, body = page.text.partition("\n")
             assert "characters cut here" not in page.text, page.text[-300:]
             assert f"bytes {offset}-{data['next_offset']} of {data['end']};" in header, header
-            assert page.raw == body.encode() and offset + len(page.raw) == data["next_offset"], header
-            got += page.raw
+            assert page.stdout == body.encode() and offset + len(page.stdout) == data["next_offset"], header
+            got += page.stdout
             if not data["running"] and data["next_offset"] == data["end"]:
                 break
             if data["next_offset"] == offset:
@@ -419,9 +438,9 @@ def test_task_pages_followed_by_next_offset_carry_every_byte_once(shared_service
         assert got == output
         with client.follow_task(session, task_id) as pages:
             followed = list(pages)
-        assert b"".join(page.raw for page in followed) == output and len(followed) >= 5
+        assert b"".join(page.stdout for page in followed) == output and len(followed) >= 5
         for page in followed:
-            assert "characters cut here" not in page.text and page.text.endswith(page.raw.decode()), page.text[:200]
+            assert "characters cut here" not in page.text and page.text.endswith(page.stdout.decode()), page.text[:200]
 
 
 def test_health_metrics_and_sessions(shared_service: ServiceProcess) -> None:

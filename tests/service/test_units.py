@@ -18,9 +18,10 @@ from executor.artifacts.store import ArtifactStore
 from executor.client import Client, _exception
 from executor.config import ServiceSettings, load_settings
 from executor.errors import ConfigError, ExecutorError, ServiceUnavailable, SessionNotFound
+from executor.models import ToolResult
 from executor.service.core import LiveStream, Metrics, RawStreams, owns
 from executor.service.openapi import openapi_document
-from executor.service.wire import ChunkEvent, DroppedEvent, ErrorEvent, ErrorInfo, ExecResult, ResultEvent
+from executor.service.wire import ChunkEvent, DroppedEvent, ErrorEvent, ErrorInfo, ResultEvent
 from executor.session.pool import PoolStats
 
 
@@ -32,7 +33,7 @@ async def test_live_stream_drops_past_its_bounds_and_says_how_much() -> None:
     live.chunk("stdout", b"67890")  # over the bound: dropped
     live.chunk("stderr", b"e")  # each stream has its own bound
     live.chunk("stdout", b"abc")
-    live.close(ResultEvent(result=ExecResult(tool="bash", outcome="completed", text="")))
+    live.close(ResultEvent(result=ToolResult(tool="bash", outcome="completed", text="")))
     events = [event async for event in live.events()]
     assert events[0] == ChunkEvent(stream="stdout", data=b"12345")
     assert events[1] == ChunkEvent(stream="stderr", data=b"e")
@@ -64,7 +65,7 @@ async def test_live_stream_spools_what_a_slow_reader_has_not_taken(tmp_path: Pat
     await reader.aclose()
     assert live._file_w == 0  # caught up: the file was emptied
     live.chunk("stdout", b"more")
-    live.close(ResultEvent(result=ExecResult(tool="bash", outcome="completed", text="")))
+    live.close(ResultEvent(result=ToolResult(tool="bash", outcome="completed", text="")))
     rest = [item async for item in live.items()]
     assert isinstance(rest[-1], ResultEvent) and rest[-1].result.stdout_dropped == 0
     got += [item for item in rest if isinstance(item, tuple)]
@@ -83,7 +84,7 @@ async def test_live_stream_drops_past_its_spool_and_the_result_says_so(tmp_path:
     live = LiveStream(limit=4, spool=6, directory=tmp_path)
     for data in (b"aaaa", b"bbbb", b"cc", b"dddd", b"e"):
         live.chunk("stdout", data)  # aaaa in memory, bbbb+cc spooled, dddd dropped, e too (memory still full)
-    live.close(ResultEvent(result=ExecResult(tool="bash", outcome="completed", text="")))
+    live.close(ResultEvent(result=ToolResult(tool="bash", outcome="completed", text="")))
     events = [event async for event in live.events()]
     data = b"".join(e.data for e in events if isinstance(e, ChunkEvent))
     dropped = [e.bytes for e in events if isinstance(e, DroppedEvent)]
@@ -188,20 +189,19 @@ def test_every_bytes_field_is_standard_base64_in_json() -> None:
     from executor.artifacts.models import ReadPage
     from executor.service import wire
     from executor.session.api import ArtifactBytes, FileContent
-    from executor.session.api import ExecResult as RawResult
 
     data = b">>>???\xfb\xff\xbf"
     standard = base64.b64encode(data).decode()
     assert "+" in standard and "/" in standard
     models = [m for m in vars(wire).values() if isinstance(m, type) and issubclass(m, BaseModel) and m is not BaseModel]
-    models += [ReadPage, ArtifactBytes, FileContent, RawResult]
-    seen = 0
+    models += [ReadPage, ArtifactBytes, FileContent]
+    seen: set[tuple[str, str]] = set()
     for model in models:
         schema = model.model_json_schema(mode="serialization")
         for name, field in model.model_fields.items():
             if "bytes" not in str(field.annotation):
                 continue
-            seen += 1
+            seen.add((model.__name__, name))
             prop = schema["properties"][name]
             formats = [option.get("format") for option in prop.get("anyOf", [prop]) if option.get("type") == "string"]
             assert formats == ["byte"], (model.__name__, name)
@@ -210,13 +210,23 @@ def test_every_bytes_field_is_standard_base64_in_json() -> None:
             assert holding.model_dump(mode="json", include={name}) == {name: standard}
             dumped = holding.model_dump_json(include={name})
             assert dumped == f'{{"{name}":"{standard}"}}', (model.__name__, name)
-    assert seen >= 10
+    assert {
+        ("ToolResult", "stdout"),
+        ("ToolResult", "stderr"),
+        ("ChunkEvent", "data"),
+        ("ExecRequest", "stdin"),
+    } <= seen
+    assert {
+        ("WriteRequest", "content"),
+        ("ArtifactBytes", "data"),
+        ("FileContent", "data"),
+        ("ReadPage", "data"),
+    } <= seen
     for text in (standard, base64.urlsafe_b64encode(data).decode()):
         page = wire.PageEvent.model_validate_json(
-            wire.PageEvent(result=wire.Result(tool="task_read", outcome="completed", text="")).model_dump_json()[:-1]
-            + f',"data":"{text}"}}'
+            f'{{"result": {{"tool": "task_read", "outcome": "completed", "text": "", "stdout": "{text}"}}}}'
         )
-        assert page.data == data
+        assert page.result.stdout == data
 
 
 def test_a_task_offset_past_the_agent_protocol_is_refused_as_input() -> None:
@@ -357,3 +367,20 @@ def test_request_bodies_take_json_types_as_they_are(model: str, body: str) -> No
     with pytest.raises(ValidationError):
         getattr(wire, model).model_validate_json(body)
     assert wire.ExecRequest.model_validate_json('{"command": "true", "timeout_ms": 500}').timeout_ms == 500
+
+
+def test_every_surface_returns_the_in_process_result_class() -> None:
+    """The client, the wire events and the OpenAPI document use the in-process ToolResult itself (no copy to drift):
+    raw streams are bytes, base64 in JSON."""
+    import executor.client
+    import executor.session
+    from executor.service.wire import PageEvent
+
+    assert executor.client.ToolResult is ToolResult is executor.session.ToolResult
+    assert ResultEvent.model_fields["result"].annotation in (ToolResult, "ToolResult")
+    assert PageEvent.model_fields["result"].annotation in (ToolResult, "ToolResult")
+    schema = openapi_document("test")["components"]["schemas"]["ToolResult"]["properties"]
+    assert schema["stdout"]["contentEncoding"] == "base64" and "stdout_whole" in schema
+    result = ToolResult(tool="bash", outcome="completed", text="", stdout=b"\xff\n")
+    assert result.model_dump(mode="json")["stdout"] == "/wo="
+    assert ToolResult.model_validate_json(result.model_dump_json()) == result

@@ -121,7 +121,7 @@ async def test_following_next_offset_reads_a_long_task_output_once(engine_settin
             assert len(page.text) <= budget + 2048, len(page.text)
             shown = f"[task {started.task_id} stdout bytes {data['offset']}-{data['next_offset']} of {data['end']};"
             assert header.startswith(shown), header
-            assert page.stdout == body and len(body.encode()) == int(str(data["next_offset"])) - int(
+            assert page.stdout == body.encode() and len(body.encode()) == int(str(data["next_offset"])) - int(
                 str(data["offset"])
             )
             if int(str(data["next_offset"])) < int(str(data["end"])):
@@ -141,7 +141,7 @@ async def test_following_next_offset_reads_output_that_displays_wide_once(engine
         assert started.task_id is not None
         pages = await _follow_task(session, started.task_id)
         assert not [page.text for page in pages if "characters cut here" in page.text]
-        assert "".join(page.stdout or "" for page in pages) == output.decode()
+        assert b"".join(page.stdout for page in pages) == output
         assert "4000 \\x01\\x02\\x03 " in pages[-1].text
 
 

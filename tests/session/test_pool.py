@@ -87,7 +87,7 @@ async def test_claim_gives_identity_refills_and_never_reuses(
                 assert listed[0].labels["executor.home"] == executor.backend.home_id  # this home's, like cold ones
                 assert await executor.list_sessions(owner="owner-b") == []
                 result = await session.bash("ls -A /workspace; echo done")
-                assert result.outcome == "completed" and result.stdout == "done\n"
+                assert result.outcome == "completed" and result.stdout == b"done\n"
                 opened = json.loads(session.journal_path.read_text().splitlines()[0])
                 assert opened["type"] == "session_opened"
                 assert opened["pool_created_at"] is not None and opened["pool_created_at"] <= opened["ts"]

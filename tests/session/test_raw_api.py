@@ -55,9 +55,9 @@ async def test_exec_runs_an_argument_list_with_stdin_env_cwd_and_whole_output(en
         where = await session.exec(["sh", "-c", 'pwd; echo "$V" >&2; exit 7'], cwd="/tmp", env={"V": "v1"})
         assert (where.exit_code, where.stdout, where.stderr, where.outcome) == (7, b"/tmp\n", b"v1\n", "failed")
         big = await session.exec(["head", "-c", "600000", "/dev/zero"])
-        assert big.stdout == b"\0" * 600_000 and not big.stdout_truncated
+        assert big.stdout == b"\0" * 600_000 and big.stdout_whole
         cut = await session.exec(["head", "-c", "5000", "/dev/zero"], max_output_bytes=1000)
-        assert len(cut.stdout) == 1000 and cut.stdout_truncated
+        assert len(cut.stdout) == 1000 and cut.stdout_whole is False
         missing = await session.exec(["no-such-program-xyz"])
         assert missing.exit_code == 127 and b"no-such-program-xyz" in missing.stderr
         not_exec = await session.exec(["/etc/passwd"])
@@ -75,7 +75,7 @@ async def test_commands_past_the_kernel_argument_limit_run(engine_settings: Sett
         payload = "x" * (1 << 20)
         result = await session.bash(f"printf %s {payload} | wc -c; cat", stdin=b"caller's stdin")
         assert (result.outcome, result.exit_code) == ("completed", 0)
-        assert result.stdout is not None and result.stdout.split() == ["1048576", "caller's", "stdin"]
+        assert result.stdout.split() == [b"1048576", b"caller's", b"stdin"]
         chunk = "y" * (64 * 1024)
         argv = await session.exec(["printf", "%s", *([chunk] * 16)])
         assert argv.exit_code == 0 and argv.stdout == (chunk * 16).encode()
@@ -259,7 +259,7 @@ async def test_text_that_is_not_utf8_is_refused_before_anything_runs(engine_sett
         with pytest.raises(TaskNotFound):
             await session.read_task("t\udc80")
         checked = await session.bash("ls /tmp/ran s.txt 2>&1 | wc -l; ls /tmp/ran s.txt 2>/dev/null | wc -l")
-        assert checked.stdout is not None and checked.stdout.split() == ["2", "0"], checked.text
+        assert checked.stdout.split() == [b"2", b"0"], checked.text
 
 
 async def test_a_task_read_names_stdout_or_stderr(engine_settings: Settings) -> None:
@@ -368,7 +368,7 @@ async def test_bash_streams_stdin_from_a_host_file_bound_to_its_hash(engine_sett
     async with open_executor(engine_settings) as ex, ex.open_session() as session:
         result = await session.bash("sha256sum -b | cut -c1-64", stdin=StdinFile(path=str(source), size=len(data)))
         digest = hashlib.sha256(data).hexdigest()
-        assert (result.outcome, result.stdout) == ("completed", digest + "\n")
+        assert (result.outcome, result.stdout) == ("completed", f"{digest}\n".encode())
         lines = [json.loads(line) for line in session.journal_path.read_text().splitlines()]
         prepared = [e for e in lines if e["type"] == "action_prepared"]
         assert prepared[-1]["action"]["stdin_sha256"] == digest
@@ -389,7 +389,7 @@ async def test_the_homes_operator_may_use_every_owners_session_and_a_token_only_
                 async with ex.attach_session("own-a", owner="token-b"):
                     pass
             async with ex.attach_session("own-a") as session:
-                assert (await session.bash("echo operator")).stdout == "operator\n"
+                assert (await session.bash("echo operator")).stdout == b"operator\n"
         finally:
             await ex.stop_session("own-a")
         assert [info for info in await ex.list_sessions() if info.name == "own-a"] == []

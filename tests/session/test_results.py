@@ -46,15 +46,10 @@ async def test_results_carry_raw_streams_task_ids_and_write_outcomes(engine_sett
     budget = engine_settings.artifacts.display_max_chars
     async with open_executor(engine_settings) as ex, ex.open_session() as session:
         small = await session.bash("printf 'out\\n'; printf 'err\\n' >&2")
-        assert (small.stdout, small.stdout_complete, small.stderr, small.stderr_complete) == (
-            "out\n",
-            True,
-            "err\n",
-            True,
-        )
+        assert (small.stdout, small.stdout_whole, small.stderr, small.stderr_whole) == (b"out\n", True, b"err\n", True)
         big = await session.bash(f"head -c {budget * 3} /dev/zero | tr '\\0' 'x'")
-        assert big.stdout is not None and 0 < len(big.stdout) <= budget and set(big.stdout) == {"x"}
-        assert big.stdout_complete is False
+        assert 0 < len(big.stdout) <= budget and set(big.stdout) == {ord("x")}
+        assert big.stdout_whole is False
 
         started = await session.start_task("echo tick")
         assert (started.tool, started.outcome) == ("task_start", "completed")

@@ -516,9 +516,9 @@ def _exec(client: _Client, parsed: Parsed) -> int:
             code=code,
             session=seen.get("session"),
             stdout=decode_bytes(result.get("stdout"), "a result's stdout"),
-            stdout_complete=bool(result.get("stdout_whole", True)),
+            stdout_whole=bool(result.get("stdout_whole", True)),
             stderr=decode_bytes(result.get("stderr"), "a result's stderr"),
-            stderr_complete=bool(result.get("stderr_whole", True)),
+            stderr_whole=bool(result.get("stderr_whole", True)),
         )
         out.emit(data, "")
         return code
@@ -842,14 +842,15 @@ def _bg_follow(client: _Client, parsed: Parsed, task: str, stream: str, offset: 
                 if event.get("kind") == "error":
                     error = event.get("error") or {}
                     raise ServiceError(404, str(error.get("type")), str(error.get("message")))
-                data = decode_bytes(event.get("data"), "a page")
+                page = event.get("result") or {}
+                data = decode_bytes(page.get(stream), "a page")
                 if data:
                     try:
                         out.write(data)
                         out.flush()
                     except (OSError, ValueError) as exc:
                         raise OutputFailed(exc) from None  # following stops; the task goes on
-                run = (event.get("result") or {}).get("run")
+                run = page.get("run")
     except KeyboardInterrupt:
         sys.stderr.write(f"stopped following; task {task} goes on (executor bg stop {task} stops it)\n")
         return shapes.EXIT_INTERRUPTED

@@ -244,16 +244,11 @@ class ExecutorSandboxEnvironment(SandboxEnvironment):
             raise RuntimeError(f"{cmd!r} did not run to an end: {result.text}")
         if result.exit_code == 126 and "permission denied" in stderr.lower():
             raise PermissionError(errno.EACCES, stderr.strip() or f"{cmd[0]}: permission denied")
-        if result.stdout_truncated or result.stderr_truncated:
+        if result.stdout_whole is False or result.stderr_whole is False:
             raise OutputLimitExceededError(
-                SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, stdout if result.stdout_truncated else stderr
+                SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, stderr if result.stdout_whole else stdout
             )
-        return ExecResult(
-            success=result.exit_code == 0,
-            returncode=result.exit_code,
-            stdout=result.stdout.decode("utf-8", "replace"),
-            stderr=stderr,
-        )
+        return ExecResult(success=result.exit_code == 0, returncode=result.exit_code, stdout=stdout, stderr=stderr)
 
     async def _check_user(self, user: str) -> ExecResult[str] | None:
         """None when ``user`` is the session user; a failed result when the image has no such user.
@@ -349,7 +344,7 @@ class ExecutorSandboxEnvironment(SandboxEnvironment):
             raise SandboxUnavailableError(f"the sample's sandbox is gone: {exc}") from exc
         if result.outcome in ("denied", "blocked"):
             raise PermissionError(errno.EACCES, f"{file}: the executor's gate refused the read: {result.text}")
-        if result.stdout_truncated:
+        if result.stdout_whole is False:
             raise OutputLimitExceededError(_size(limit), None)
         if result.exit_code != 0:
             said = result.stderr.decode("utf-8", "replace").strip()

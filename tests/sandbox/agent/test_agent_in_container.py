@@ -83,8 +83,8 @@ async def test_a_command_that_starts_with_a_dash_is_a_command(session: Session) 
     for command in ("-x", "--version", "-" + " " * 200_000 + "x"):
         ran = await session.bash(command)
         assert ran.run is not None and ran.run.exit_code == 127, (command[:20], ran.text)
-        assert ran.stderr is not None and "command not found" in ran.stderr
-    assert (await session.bash('echo "$#"')).stdout == "0\n"
+        assert b"command not found" in ran.stderr
+    assert (await session.bash('echo "$#"')).stdout == b"0\n"
 
 
 async def test_term_ignoring_group_dies_at_the_deadline(session: Session) -> None:

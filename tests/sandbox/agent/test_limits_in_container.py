@@ -32,7 +32,7 @@ async def test_a_run_names_the_limit_it_hit(home: Path, tmp_path_factory: pytest
             # Commands are the OOM killer's first choice, before the agent (its death was the session's: the
             # memory run below once ended sandbox_lost instead of oom).
             scores = await session.bash("cat /proc/self/oom_score_adj /proc/1/oom_score_adj")
-            assert scores.stdout is not None and scores.stdout.split() == ["500", "0"], scores.text
+            assert scores.stdout.split() == [b"500", b"0"], scores.text
 
             forks = await session.bash("for i in $(seq 1 64); do sleep 30 & done; wait", timeout_ms=3000)
             assert forks.outcome == "timeout"

@@ -81,4 +81,4 @@ async def test_a_tcp_engine_reaches_its_agents_through_the_exec_bridge(base_imag
             async with open_executor(settings, pool="off") as ex, ex.open_session() as session:
                 assert session.info.transport == "exec"
                 result = await session.bash("echo over-tcp")
-    assert result.outcome == "completed" and result.stdout == "over-tcp\n"
+    assert result.outcome == "completed" and result.stdout == b"over-tcp\n"
