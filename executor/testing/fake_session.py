@@ -104,18 +104,7 @@ class FakeSession:
                 return ToolResult(tool="bash", outcome="denied", text=str(exc))
             finally:
                 self.asks += 1
-        self.ran.append(command)
-        return ToolResult(
-            tool="bash",
-            outcome="completed",
-            text=f"$ {command}\n(exit 0)",
-            artifact_id=f"{self.id}.a{len(self.ran)}",
-            exit_code=0,
-            stdout=b"",
-            stdout_whole=True,
-            stderr=b"",
-            stderr_whole=True,
-        )
+        return self._ran("bash", command)
 
     async def exec(
         self,
@@ -130,16 +119,18 @@ class FakeSession:
         approval_handler: HandlerChoice = USE_DEFAULT,
     ) -> ToolResult:
         """Record the argument list; it "exits" 0 with empty output."""
-        self.ran.append(shlex.join(argv))
+        return self._ran("exec", shlex.join(argv))
+
+    def _ran(self, tool: Literal["bash", "exec"], command: str) -> ToolResult:
+        """Record ``command`` as run: it "exits" 0 with empty, whole streams."""
+        self.ran.append(command)
         return ToolResult(
-            tool="exec",
+            tool=tool,
             outcome="completed",
-            text=f"$ {shlex.join(argv)}\n(exit 0)",
+            text=f"$ {command}\n(exit 0)",
             artifact_id=f"{self.id}.a{len(self.ran)}",
             exit_code=0,
-            stdout=b"",
             stdout_whole=True,
-            stderr=b"",
             stderr_whole=True,
         )
 
