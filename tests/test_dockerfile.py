@@ -18,7 +18,9 @@ from mcp_types import TextContent
 from executor.client import AsyncClient
 from executor.config import load_settings
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# The module's image is built in its fixture's set-up, which the test's timeout counts: on a machine that has no
+# toolchain base yet it bootstraps one (minutes), then builds the wheels and the image (bounded by _run's timeouts).
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parent.parent
 TAG = "executor/server:test"
