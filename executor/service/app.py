@@ -825,9 +825,10 @@ def _exec_result(result: ToolResult, raw: RawStreams, *, streams: bool = True) -
         return result
     stdout, stdout_whole = raw.get("stdout")
     stderr, stderr_whole = raw.get("stderr")
-    update = {"stdout_whole": stdout_whole, "stderr_whole": stderr_whole}
+    if not streams:
+        stdout = stderr = b""
     return result.model_copy(
-        update={**update, "stdout": stdout, "stderr": stderr} if streams else {**update, "stdout": b"", "stderr": b""}
+        update={"stdout": stdout, "stderr": stderr, "stdout_whole": stdout_whole, "stderr_whole": stderr_whole}
     )
 
 

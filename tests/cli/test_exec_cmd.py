@@ -116,6 +116,7 @@ def test_exit_codes_in_a_named_session(either_home: Path) -> None:
         data = denied.json()
         assert set(data) == RESULT_KEYS
         assert (data["outcome"], data["run"], data["artifact_id"]) == ("denied", None, None)
+        assert (data["stdout"], data["stdout_whole"], data["stderr"], data["stderr_whole"]) == ("", True, "", True)
         assert "recursive-delete-of-root-or-home" in data["text"]
         denied_raw = cli(home, "exec", "--session", name, "--", "rm -rf /")
         assert (denied_raw.code, denied_raw.stdout) == (77, "")

@@ -516,9 +516,10 @@ def _exec(client: _Client, parsed: Parsed) -> int:
             code=code,
             session=seen.get("session"),
             stdout=decode_bytes(result.get("stdout"), "a result's stdout"),
-            stdout_whole=bool(result.get("stdout_whole", True)),
+            # null when nothing ran: the empty streams are then whole, as the in-process path says
+            stdout_whole=result.get("stdout_whole") is not False,
             stderr=decode_bytes(result.get("stderr"), "a result's stderr"),
-            stderr_whole=bool(result.get("stderr_whole", True)),
+            stderr_whole=result.get("stderr_whole") is not False,
         )
         out.emit(data, "")
         return code
