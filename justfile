@@ -10,12 +10,13 @@ exe := venv / "bin/executor"
 default:
     @just --list
 
-# Create the virtual environment, install the package and its dev tools, build the agent.
+# Create the virtual environment, install exactly what requirements.lock pins (hashes checked), build the agent.
 setup:
     @if [ ! -x {{py}} ]; then echo "==> creating {{venv}}"; python3 -m venv {{venv}}; fi
-    @if ! {{py}} -c 'import executor, pytest, mypy, inspect_ai' 2>/dev/null || [ pyproject.toml -nt {{venv}}/.installed ]; then \
-        echo "==> installing the executor and its dev tools into {{venv}}"; \
-        {{py}} -m pip install --quiet --disable-pip-version-check -e '.[dev,inspect]' --config-settings editable_mode=compat \
+    @if [ ! -e {{venv}}/.installed ] || [ requirements.lock -nt {{venv}}/.installed ] || [ pyproject.toml -nt {{venv}}/.installed ]; then \
+        echo "==> installing the locked dependencies (requirements.lock) and the executor into {{venv}}"; \
+        {{py}} -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.lock \
+        && {{py}} -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . --config-settings editable_mode=compat \
         && touch {{venv}}/.installed; fi
     @# The editable install is a plain path entry (compat): setuptools' default finder imported pathlib, re and more
     @# at every interpreter start (about 30 ms before any CLI call began; a wheel install has none). And an editable
@@ -24,6 +25,20 @@ setup:
     @{{py}} -m compileall -q -j 0 executor
     @echo "==> building the in-container agent"
     @{{exe}} agent build
+
+# Re-resolve requirements.lock from pyproject.toml (keeps every pin it can; `just lock --upgrade` takes the newest).
+lock *args: setup
+    {{venv}}/bin/uv pip compile pyproject.toml --extra dev --extra inspect --generate-hashes --universal \
+        --python-version 3.11 --custom-compile-command "just lock" --quiet -o requirements.lock {{args}}
+
+# Fail when requirements.lock is not what `just lock` makes from pyproject.toml now (CI runs it).
+lock-check: setup
+    @tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT && cp requirements.lock "$tmp/requirements.lock" \
+        && {{venv}}/bin/uv pip compile pyproject.toml --extra dev --extra inspect --generate-hashes --universal \
+            --python-version 3.11 --custom-compile-command "just lock" --quiet -o "$tmp/requirements.lock" \
+        && if ! diff -u requirements.lock "$tmp/requirements.lock"; then \
+            echo "requirements.lock does not match pyproject.toml: run 'just lock' and commit requirements.lock" >&2; exit 1; \
+        else echo "==> requirements.lock matches pyproject.toml"; fi
 
 # Build the session image `base` (bootstraps a Debian root filesystem offline when needed).
 image name="base": setup host-tools

@@ -7,16 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import TextContent
 
 from executor.client import AsyncClient
 from executor.config import load_settings
+from executor.testing.mcp_http import open_mcp_http_client
 
 # The module's image is built in its fixture's set-up, which the test's timeout counts: on a machine that has no
 # toolchain base yet it bootstraps one (minutes), then builds the wheels and the image (bounded by _run's timeouts).
@@ -95,17 +93,14 @@ async def test_server_image_runs_the_service_on_tcp_with_the_engine_socket(serve
                 if b"listening on" in logs.stderr + logs.stdout:
                     break
                 await trio.sleep(0.3)
-            async with httpx.AsyncClient(base_url=base, timeout=120) as raw:
+            async with httpx2.AsyncClient(base_url=base, timeout=120) as raw:
                 assert (await raw.get("/v1/health")).status_code == 401
             async with AsyncClient(base, token=token) as client:
                 session = await client.create_session()
                 result = await client.exec(session.id, "echo served-from-the-image; id -u")
                 assert result.outcome == "completed" and result.stdout == b"served-from-the-image\n1000\n"
                 await client.stop_session(session.id)
-            async with (
-                create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
-                Client(streamable_http_client(f"{base}/mcp", http_client=http)) as mcp,
-            ):
+            async with open_mcp_http_client(f"{base}/mcp", token) as mcp:
                 tools = await mcp.list_tools()
                 assert {"bash", "read_output", "search_output", "write_file"} <= {t.name for t in tools.tools}
                 called = await mcp.call_tool("bash", {"command": "echo over-mcp"})

@@ -1,11 +1,11 @@
 """Clients for the executor service (``executor serve``): :class:`Client` (blocking) and :class:`AsyncClient`
-(asyncio or trio: httpx runs on either through anyio).
+(asyncio or trio: httpx2 runs on either through anyio).
 
 Both speak the ``/v1`` API over the service's unix socket (the default: ``service.sock`` under ``EXECUTOR_HOME``)
 or over TCP with a bearer token. A call's result is :class:`~executor.models.ToolResult`, the very class the
 in-process API returns (``text`` for a model, the facts, and a command's raw ``stdout``/``stderr`` as bytes with
 ``stdout_whole``/``stderr_whole``); the rest are the service's wire models (:mod:`executor.service.wire`). Errors
-are the executor's own exceptions (``SessionNotFound``, ``CommandRejected``...), never httpx's and never an exception
+are the executor's own exceptions (``SessionNotFound``, ``CommandRejected``...), never httpx2's and never an exception
 group; a service that does not answer is :class:`~executor.errors.ServiceUnavailable`.
 
 Exec streams come as the service's binary frames (:data:`~executor.service.wire.EXEC_FRAMES`): a ``chunk`` event
@@ -31,20 +31,21 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from contextlib import aclosing, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
-import httpx
+import httpx2
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import executor.errors as _errors
 from executor.client._decode import ExecEvents, FrameError, LineDecoder
 from executor.errors import ExecutorError, PathRejected, ServiceUnavailable
+from executor.httpio import ClosingTransport
 from executor.models import ToolResult
 from executor.service.wire import (
     EXEC_FRAMES,
@@ -99,9 +100,9 @@ def default_socket(environ: Mapping[str, str] | None = None) -> Path:
     return Path(platformdirs.user_state_dir("executor")) / "service.sock"
 
 
-def _unanswered(where: str, timeout_s: float, exc: httpx.TransportError) -> ServiceUnavailable:
+def _unanswered(where: str, timeout_s: float, exc: httpx2.TransportError) -> ServiceUnavailable:
     """A request that got no answer: a service that took too long is not one that is not there."""
-    if isinstance(exc, httpx.ReadTimeout):
+    if isinstance(exc, httpx2.ReadTimeout):
         return ServiceUnavailable(
             f"the executor service at {where} did not answer within {timeout_s:g} s (the client's timeout_s); "
             "pass a larger timeout_s"
@@ -109,7 +110,7 @@ def _unanswered(where: str, timeout_s: float, exc: httpx.TransportError) -> Serv
     return ServiceUnavailable(f"no executor service answers at {where}: start one with `executor serve`")
 
 
-def _raise_for(response: httpx.Response, body: bytes) -> None:
+def _raise_for(response: httpx2.Response, body: bytes) -> None:
     if response.status_code < 400:
         return
     try:
@@ -157,7 +158,7 @@ def _closed_stream() -> ExecutorError:
     return ExecutorError("the stream is closed: iterate it inside its `with` block (leaving the block closes it)")
 
 
-def _cut(where: str, exc: Exception, path: str, received: int, response: httpx.Response) -> ExecutorError:
+def _cut(where: str, exc: Exception, path: str, received: int, response: httpx2.Response) -> ExecutorError:
     bound = response.headers.get("x-executor-max-bytes", "")
     if bound.isdigit() and received >= int(bound):
         return download_too_large(path, bound)
@@ -167,7 +168,7 @@ def _cut(where: str, exc: Exception, path: str, received: int, response: httpx.R
     )
 
 
-def _check_tar_response(response: httpx.Response) -> None:
+def _check_tar_response(response: httpx2.Response) -> None:
     if response.headers.get("content-type", "").split(";")[0] != "application/x-tar":
         raise ExecutorError(f"the service answered {response.status_code} without an archive")
 
@@ -288,8 +289,8 @@ def _transport_kwargs(url: str | None, socket: str | os.PathLike[str] | None) ->
             return _BASE, path
     else:
         try:
-            parsed = httpx.URL(url)
-        except httpx.InvalidURL:
+            parsed = httpx2.URL(url)
+        except httpx2.InvalidURL:
             parsed = None
         if parsed is not None and parsed.scheme in ("http", "https") and parsed.host:
             return url.rstrip("/"), None
@@ -299,7 +300,7 @@ def _transport_kwargs(url: str | None, socket: str | os.PathLike[str] | None) ->
 
 
 def _check_socket(uds: str | None, where: str) -> None:
-    # Said before httpx tries: its unix-socket connect leaves the socket object unclosed when the path is missing.
+    # Said before httpx2 tries: its unix-socket connect leaves the socket object unclosed when the path is missing.
     if uds is not None and not Path(uds).exists():
         raise ServiceUnavailable(f"no executor service answers at {where}: start one with `executor serve`")
 
@@ -308,7 +309,7 @@ _Decoder = ExecEvents | LineDecoder
 _ACCEPT_FRAMES: Final = {"accept": EXEC_FRAMES}
 
 
-def _check_media(response: httpx.Response, decoder: _Decoder) -> None:
+def _check_media(response: httpx2.Response, decoder: _Decoder) -> None:
     if isinstance(decoder, ExecEvents) and response.headers.get("content-type", "").split(";")[0] != EXEC_FRAMES:
         raise ExecutorError(
             f"the service answered the exec with {response.headers.get('content-type')!r}, not the framed stream "
@@ -353,11 +354,11 @@ class Client:
         self._uds = uds
         self._where = uds or base
         self._timeout = timeout_s
-        self._http = httpx.Client(
+        self._http = httpx2.Client(
             base_url=base,
-            transport=httpx.HTTPTransport(uds=uds) if uds else None,
+            transport=httpx2.HTTPTransport(uds=uds) if uds else None,
             headers=_headers(token),
-            timeout=httpx.Timeout(timeout_s),
+            timeout=httpx2.Timeout(timeout_s),
         )
 
     def __enter__(self) -> Client:
@@ -374,10 +375,10 @@ class Client:
         """One request; ``waits``: it may wait for an approval, so its answer is not bounded by ``timeout_s``."""
         _check_socket(self._uds, self._where)
         if waits:
-            kwargs["timeout"] = httpx.Timeout(self._timeout, read=None)
+            kwargs["timeout"] = httpx2.Timeout(self._timeout, read=None)
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             raise _unanswered(self._where, self._timeout, exc) from exc
         _raise_for(response, response.content)
         return response.content
@@ -385,7 +386,7 @@ class Client:
     @contextmanager
     def _stream(self, method: str, path: str, decoder: _Decoder, **kwargs: Any) -> Iterator[Iterator[Any]]:
         _check_socket(self._uds, self._where)
-        timeout = httpx.Timeout(self._timeout, read=None)
+        timeout = httpx2.Timeout(self._timeout, read=None)
         try:
             with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
@@ -399,15 +400,15 @@ class Client:
                         for data in response.iter_bytes():
                             yield from decoder.feed(data)
                         decoder.end()
-                    except httpx.TransportError as exc:
+                    except httpx2.TransportError as exc:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
                     except FrameError as exc:
                         raise ServiceUnavailable(f"the exec stream from {self._where} broke off: {exc}") from exc
-                    except httpx.StreamError as exc:
+                    except httpx2.StreamError as exc:
                         raise _closed_stream() from exc
 
                 yield events()
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             raise ServiceUnavailable(
                 f"no executor service answers at {self._where}: start one with `executor serve`"
             ) from exc
@@ -598,7 +599,7 @@ class Client:
                 stream starts; cut short after it started (iterating raises).
         """
         _check_socket(self._uds, self._where)
-        timeout = httpx.Timeout(self._timeout, read=None)
+        timeout = httpx2.Timeout(self._timeout, read=None)
         params = {"path": path}
         try:
             with self._http.stream("GET", _Requests.session(session, "/files"), params=params, timeout=timeout) as got:
@@ -612,13 +613,13 @@ class Client:
                         for chunk in got.iter_raw():
                             received += len(chunk)
                             yield chunk
-                    except httpx.TransportError as exc:
+                    except httpx2.TransportError as exc:
                         raise _cut(self._where, exc, path, received, got) from exc
-                    except httpx.StreamError as exc:
+                    except httpx2.StreamError as exc:
                         raise _closed_stream() from exc
 
                 yield chunks()
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             raise ServiceUnavailable(
                 f"no executor service answers at {self._where}: start one with `executor serve`"
             ) from exc
@@ -772,11 +773,11 @@ class AsyncClient:
         self._uds = uds
         self._where = uds or base
         self._timeout = timeout_s
-        self._http = httpx.AsyncClient(
+        self._http = httpx2.AsyncClient(
             base_url=base,
-            transport=httpx.AsyncHTTPTransport(uds=uds) if uds else None,
+            transport=ClosingTransport(uds=uds),
             headers=_headers(token),
-            timeout=httpx.Timeout(timeout_s),
+            timeout=httpx2.Timeout(timeout_s),
         )
 
     async def __aenter__(self) -> AsyncClient:
@@ -793,10 +794,10 @@ class AsyncClient:
         """See :meth:`Client._call`."""
         _check_socket(self._uds, self._where)
         if waits:
-            kwargs["timeout"] = httpx.Timeout(self._timeout, read=None)
+            kwargs["timeout"] = httpx2.Timeout(self._timeout, read=None)
         try:
             response = await self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             raise _unanswered(self._where, self._timeout, exc) from exc
         _raise_for(response, response.content)
         return response.content
@@ -806,28 +807,30 @@ class AsyncClient:
         self, method: str, path: str, decoder: _Decoder, **kwargs: Any
     ) -> AsyncIterator[AsyncIterator[Any]]:
         _check_socket(self._uds, self._where)
-        timeout = httpx.Timeout(self._timeout, read=None)
+        timeout = httpx2.Timeout(self._timeout, read=None)
         try:
             async with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
                     _raise_for(response, await response.aread())
                 _check_media(response, decoder)
 
-                async def events() -> AsyncIterator[Any]:
+                async def events() -> AsyncGenerator[Any]:
                     try:
-                        async for data in response.aiter_bytes():
-                            for event in decoder.feed(data):
-                                yield event
+                        async with aclosing(response.aiter_bytes()) as received:
+                            async for data in received:
+                                for event in decoder.feed(data):
+                                    yield event
                         decoder.end()
-                    except httpx.TransportError as exc:
+                    except httpx2.TransportError as exc:
                         raise ServiceUnavailable(f"the service at {self._where} went away mid-stream") from exc
                     except FrameError as exc:
                         raise ServiceUnavailable(f"the exec stream from {self._where} broke off: {exc}") from exc
-                    except httpx.StreamError as exc:
+                    except httpx2.StreamError as exc:
                         raise _closed_stream() from exc
 
-                yield events()
-        except httpx.TransportError as exc:
+                async with aclosing(events()) as stream:
+                    yield stream
+        except httpx2.TransportError as exc:
             raise ServiceUnavailable(
                 f"no executor service answers at {self._where}: start one with `executor serve`"
             ) from exc
@@ -972,7 +975,7 @@ class AsyncClient:
     async def download_stream(self, session: str, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
         """See :meth:`Client.download_stream`."""
         _check_socket(self._uds, self._where)
-        timeout = httpx.Timeout(self._timeout, read=None)
+        timeout = httpx2.Timeout(self._timeout, read=None)
         params = {"path": path}
         url = _Requests.session(session, "/files")
         try:
@@ -981,19 +984,21 @@ class AsyncClient:
                     _raise_for(got, await got.aread())
                 _check_tar_response(got)
 
-                async def chunks() -> AsyncIterator[bytes]:
+                async def chunks() -> AsyncGenerator[bytes]:
                     received = 0
                     try:
-                        async for chunk in got.aiter_raw():
-                            received += len(chunk)
-                            yield chunk
-                    except httpx.TransportError as exc:
+                        async with aclosing(got.aiter_raw()) as raw:
+                            async for chunk in raw:
+                                received += len(chunk)
+                                yield chunk
+                    except httpx2.TransportError as exc:
                         raise _cut(self._where, exc, path, received, got) from exc
-                    except httpx.StreamError as exc:
+                    except httpx2.StreamError as exc:
                         raise _closed_stream() from exc
 
-                yield chunks()
-        except httpx.TransportError as exc:
+                async with aclosing(chunks()) as stream:
+                    yield stream
+        except httpx2.TransportError as exc:
             raise ServiceUnavailable(
                 f"no executor service answers at {self._where}: start one with `executor serve`"
             ) from exc

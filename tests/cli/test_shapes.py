@@ -125,7 +125,8 @@ def test_the_thin_path_loads_only_the_standard_library() -> None:
     """Importing the dispatcher, the thin client and the shapes loads none of the executor's heavy dependencies."""
     code = (
         "import sys, executor.cli.main, executor.cli.thin.run, executor.cli.shapes; "
-        "print(sorted(m for m in ('pydantic', 'docker', 'trio', 'typer', 'httpx', 'anyio') if m in sys.modules))"
+        "heavy = ('pydantic', 'docker', 'trio', 'typer', 'httpx', 'httpx2', 'anyio'); "
+        "print(sorted(m for m in heavy if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"

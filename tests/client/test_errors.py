@@ -1,4 +1,4 @@
-"""executor.client raises the executor's own exceptions, never pydantic's or httpx's: bad arguments before
+"""executor.client raises the executor's own exceptions, never pydantic's or httpx2's: bad arguments before
 anything is sent, a private error class of the service by its public parent, and a stream used after its block."""
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -25,12 +25,11 @@ import pytest
 import trio
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, TextContent
 
 from executor.config import load_settings
 from executor.mcp.server import serve_http
+from executor.testing.mcp_http import open_mcp_http_client
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
 
@@ -158,13 +157,8 @@ def http_server(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> It
             raise state["error"]
 
 
-@asynccontextmanager
-async def _http_client(url: str, token: str, **kwargs: Any) -> AsyncIterator[Client]:
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
-        Client(streamable_http_client(url, http_client=http), **kwargs) as client,
-    ):
-        yield client
+def _http_client(url: str, token: str, **kwargs: Any) -> AbstractAsyncContextManager[Client]:
+    return open_mcp_http_client(url, token, **kwargs)
 
 
 async def test_http_bash_recovery_and_approvals(http_server: HttpServer) -> None:

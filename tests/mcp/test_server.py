@@ -6,20 +6,21 @@ auth and owner isolation. What the tools actually do is covered end to end (real
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 from mcp import Client
 from mcp.client.session import ClientRequestContext
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, ErrorData, TextContent
 from typer.testing import CliRunner
 
@@ -27,6 +28,7 @@ from executor.cli.app import app
 from executor.errors import ConfigError
 from executor.mcp.server import McpSurface, open_surface, owner_for_token, serve_http_app
 from executor.testing import FakeExecutor, FakeSession
+from executor.testing.mcp_http import open_mcp_http_client
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -34,13 +36,6 @@ TOKEN_A = "token-a-0123456789abcdef"
 TOKEN_B = "token-b-0123456789abcdef"
 TOOLS = {"bash", "write_file", "read_output", "search_output", "task_start", "task_read", "task_stop", "task_list"}
 
-# The SDK's HTTP client leaves its handshake-era SSE reader generators to the garbage collector when a client
-# closes (third-party code, client side only); trio reports each as a ResourceWarning.
-sdk_client_sse_leak = pytest.mark.filterwarnings(
-    r"ignore:Exception ignored in. <async_generator object "
-    r"(EventSource\.__aiter__|PoolByteStream\.__aiter__|Response\.aiter_bytes|Response\.aiter_text) "
-    r":pytest.PytestUnraisableExceptionWarning"
-)
 
 Elicitation = Callable[[ClientRequestContext, ElicitRequestParams], Awaitable[ElicitResult | ErrorData]]
 
@@ -310,14 +305,8 @@ async def http_server() -> AsyncIterator[HttpServer]:
         nursery.cancel_scope.cancel()
 
 
-@asynccontextmanager
-async def _client(url: str, token: str, **kwargs: Any) -> AsyncIterator[Client]:
-    # The caller owns an http client it passes in: it is closed here, after the MCP client.
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
-        Client(streamable_http_client(url, http_client=http), **kwargs) as client,
-    ):
-        yield client
+def _client(url: str, token: str, **kwargs: Any) -> AbstractAsyncContextManager[Client]:
+    return open_mcp_http_client(url, token, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -380,7 +369,6 @@ async def test_http_named_session_is_per_token() -> None:
     assert executor.kept[f"ci.{owner_for_token(TOKEN_B)}"].ran == ["echo b"]
 
 
-@sdk_client_sse_leak
 async def test_http_handshake_clients_get_a_session_per_connection_closed_when_they_leave(
     http_server: HttpServer,
 ) -> None:
@@ -399,7 +387,6 @@ async def test_http_handshake_clients_get_a_session_per_connection_closed_when_t
         await sessions[0].closed_event.wait()
 
 
-@sdk_client_sse_leak
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_http_approvals_reach_the_client_and_decline_runs_nothing(http_server: HttpServer, mode: str) -> None:
     """Over HTTP on both eras, an accepted approval runs the command and a declined one does not."""
@@ -413,3 +400,18 @@ async def test_http_approvals_reach_the_client_and_decline_runs_nothing(http_ser
     ran = [command for session in http_server.executor.sessions for command in session.ran]
     assert ran == ["ask:echo yes"]
     assert "ask:echo yes" in accept.messages[0] and "ask:echo no" in decline.messages[0]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_http_clients_leave_no_response_stream_for_the_collector(http_server: HttpServer, mode: str) -> None:
+    """A client's SSE answers and approvals are closed when it leaves: a collection right after finds no generator."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        async with _client(
+            http_server.url, TOKEN_A, mode=mode, elicitation_callback=_asked("accept", {"approve": True})
+        ) as client:
+            await client.call_tool("bash", {"command": "ask:echo yes"})
+            await client.call_tool("bash", {"command": "echo plain"})
+        gc.collect()
+        await trio.lowlevel.checkpoint()
+    assert [str(w.message) for w in caught if "garbage collected" in str(w.message)] == []

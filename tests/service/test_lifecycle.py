@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from executor.errors import ExecutorError, ServiceUnavailable, SessionNotFound, SpawnFailed
@@ -340,7 +340,7 @@ def test_a_session_at_its_pids_limit_answers_503_until_its_processes_end(service
 
         _poll(spawn_refused, 60, "the task to fill the pids limit")
         assert "fork" in str(refused[0]) and "pids limit" in str(refused[0])
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(service.socket))) as raw:
+        with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(service.socket))) as raw:
             answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true"})
         assert answer.status_code == 503 and answer.json()["error"]["type"] == "SpawnFailed", answer.text[:2000]
         client.stop_task(session, str(task.data["task_id"]))

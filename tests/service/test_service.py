@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -184,10 +184,10 @@ def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServicePr
         with pytest.raises(PathRejected, match=r"contains a NUL"):
             client.download_tar(session, "a\0b")
         assert client.exec(session, "pwd", cwd="/tmp").stdout == b"/tmp\n"
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
+    with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket))) as raw:
         answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true", "cwd": "/nonexistent"})
     assert answer.status_code == 400 and answer.json()["error"]["type"] == "CommandRejected"
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
+    with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket))) as raw:
         for image in ("../containers/json", "a/../../b:1", "Bad Name"):
             answer = raw.post("http://x/v1/sessions", json={"image": image})
             assert answer.status_code == 400, answer.text
@@ -361,7 +361,7 @@ def test_a_name_in_use_is_a_conflict_that_names_no_one_elses_session(
             assert (ran.code, ran.stderr) == (2, f"error: session name {name!r} is in use; pick another name\n")
         finally:
             a.stop_session(name)
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket))) as raw:
+    with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket))) as raw:
         other = new_name()
         assert raw.post("http://x/v1/sessions", json={"name": other}).status_code == 201
         try:
@@ -524,8 +524,8 @@ def test_unix_socket_is_private_and_openapi_is_valid(shared_service: ServiceProc
         document = client.openapi()
     validate(document)
     assert "/v1/sessions/{session}/exec" in document["paths"]
-    transport = httpx.HTTPTransport(uds=str(shared_service.socket))
-    with httpx.Client(transport=transport, base_url="http://x") as raw:
+    transport = httpx2.HTTPTransport(uds=str(shared_service.socket))
+    with httpx2.Client(transport=transport, base_url="http://x") as raw:
         assert raw.get("/v1/nowhere").status_code == 404
         assert raw.post("/v1/sessions", content=b"{not json").status_code == 422
 
@@ -597,7 +597,7 @@ def test_mcp_endpoint_is_served_beside_the_api(shared_service: ServiceProcess) -
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
     }
     headers = {"accept": "application/json, text/event-stream"}
-    with httpx.Client(base_url=shared_service.url, timeout=30) as raw:
+    with httpx2.Client(base_url=shared_service.url, timeout=30) as raw:
         assert raw.post("/mcp", json=initialize, headers=headers).status_code == 401
         answer = raw.post("/mcp", json=initialize, headers={**headers, "authorization": f"Bearer {TOKEN_A}"})
         assert answer.status_code == 200, answer.text
@@ -607,19 +607,13 @@ def test_mcp_endpoint_is_served_beside_the_api(shared_service: ServiceProcess) -
 async def test_hints_over_the_services_mcp_endpoint_are_mcp_calls_that_succeed(shared_service: ServiceProcess) -> None:
     """The service's executor also serves the HTTP API, whose results speak the Python API's words: a result over
     /mcp still names MCP's tools (task_start said read_task(...), which is no MCP tool), and each hint succeeds."""
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
     from mcp_types import TextContent
 
     from executor.testing.hints import tool_calls
+    from executor.testing.mcp_http import open_mcp_http_client
 
     assert shared_service.url is not None
-    auth = {"Authorization": f"Bearer {TOKEN_A}"}
-    async with (
-        create_mcp_http_client(headers=auth) as http,
-        Client(streamable_http_client(f"{shared_service.url}/mcp", http_client=http)) as client,
-    ):
+    async with open_mcp_http_client(f"{shared_service.url}/mcp", TOKEN_A) as client:
 
         async def call(tool: str, arguments: dict[str, Any]) -> str:
             result = await client.call_tool(tool, arguments)
@@ -793,7 +787,7 @@ def test_http_contract_allow_on_405_and_a_gated_task_start_is_not_created(shared
     """A 405 names every method its path takes in ``Allow``; a task start the gate stops (blocked) answers 200
     with its result, as exec and write do, and only a task that was made answers 201; headers past the server's
     bound are a bare 431, as documented."""
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(shared_service.socket)), timeout=120) as raw:
+    with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket)), timeout=120) as raw:
         for method, path, allowed in (
             ("PATCH", "/v1/sessions", "GET, HEAD, POST"),
             ("TRACE", "/v1/health", "GET, HEAD"),

@@ -1,4 +1,4 @@
-"""The ``openai`` provider: any OpenAI-compatible chat-completions endpoint, over httpx (works under trio).
+"""The ``openai`` provider: any OpenAI-compatible chat-completions endpoint, over httpx2 (works under trio).
 
 Failures never pass: a timeout, an HTTP error, an answer that is not JSON (or has duplicate keys or NaN),
 one larger than ``max_response_bytes``, a request larger than ``max_request_bytes``, an exhausted per-session
@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
@@ -105,11 +106,14 @@ class OpenAIJudge(Judge):
         self._settings = settings
         self.__api_key = api_key
         self._calls: dict[str, int] = {}
-        import httpx  # here, not at import: only a session judged by this provider pays for loading it
+        import httpx2  # here, not at import: only a session judged by this provider pays for loading it
 
-        self._client = httpx.AsyncClient(
+        from executor.httpio import ClosingTransport
+
+        self._client = httpx2.AsyncClient(
+            transport=ClosingTransport(trust_env=False),
             # The cancel scope in answer() is the real bound; this only backs it up.
-            timeout=httpx.Timeout(settings.timeout_s + 5.0),
+            timeout=httpx2.Timeout(settings.timeout_s + 5.0),
             follow_redirects=False,
             trust_env=False,  # components never read the environment (proxies, netrc) themselves
         )
@@ -119,9 +123,9 @@ class OpenAIJudge(Judge):
         return f"OpenAIJudge(model={self._settings.model!r}, base_url={self._endpoint_for_humans()!r})"
 
     def _endpoint_for_humans(self) -> str:
-        import httpx
+        import httpx2
 
-        url = httpx.URL(self._settings.base_url)
+        url = httpx2.URL(self._settings.base_url)
         return str(url.copy_with(username=None, password=None, query=None))
 
     @property
@@ -187,7 +191,7 @@ class OpenAIJudge(Judge):
         return self._content(raw)
 
     async def _post(self, body: bytes) -> bytes:
-        import httpx  # loaded already: the client is httpx's
+        import httpx2  # loaded already: the client is httpx2's
 
         settings = self._settings
         headers = {"content-type": "application/json", "accept": "application/json"}
@@ -204,13 +208,14 @@ class OpenAIJudge(Judge):
                 chunks: list[bytes] = []
                 size = 0
                 # Decoded bytes are counted, so a compressed bomb stops at the cap too.
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > settings.max_response_bytes:
-                        raise JudgeError(self._too_large())
-                    chunks.append(chunk)
+                async with aclosing(response.aiter_bytes()) as received:
+                    async for chunk in received:
+                        size += len(chunk)
+                        if size > settings.max_response_bytes:
+                            raise JudgeError(self._too_large())
+                        chunks.append(chunk)
                 return b"".join(chunks)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             # The message names the error class only: a transport message may echo request details.
             raise JudgeError(f"judge endpoint {self._endpoint_for_humans()} failed: {type(exc).__name__}") from exc
 

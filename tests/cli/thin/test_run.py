@@ -21,7 +21,7 @@ from executor.cli.thin.run import EXEC_FRAMES, Delegate, Usage, parse
 from executor.service.wire import EXEC_FRAMES as WIRE_EXEC_FRAMES
 from executor.testing.cli import cli, cli_env, named_session, serving
 
-HEAVY = ("pydantic", "docker", "trio", "typer", "httpx", "anyio")
+HEAVY = ("pydantic", "docker", "trio", "typer", "httpx", "httpx2", "anyio")
 
 
 def test_the_framed_media_type_is_the_services() -> None:
