@@ -56,6 +56,10 @@ host-tools:
         fi; \
     fi
 
+# Install gVisor's runsc (Debian's package) and register it with the local Docker engine (root; SIGHUP, no restart).
+runsc:
+    images/register-runsc.sh --install
+
 # The main job on the embedded defaults: a scripted agent task, narrated.
 run: (image "base")
     @{{exe}} demo

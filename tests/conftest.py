@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from executor.config import Settings, load_settings
-from executor.testing.runtimes import RUNTIMES, require_runtime
+from executor.testing.runtimes import INSTALL_RUNSC, MISSING_RUNTIME, RUNTIMES, require_runtime
+
+# Every private home a test makes (and every CLI process it starts in one) would compile the agent again: about 2 s
+# of CPU each, several minutes a run. They share one build folder, keyed like every build by the sources' hash (a
+# changed source builds anew; builds are atomic renames, so parallel workers can share it). A test that sets
+# agent.build_dir itself still uses its own; tests of the default folder clear this variable.
+os.environ.setdefault("EXECUTOR_AGENT__BUILD_DIR", str(Path(__file__).resolve().parent.parent / "build" / "test-agent"))
 
 
 @pytest.fixture
@@ -40,6 +47,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if unmarked:
         raise pytest.UsageError("tests using the Docker engine need @pytest.mark.docker: " + ", ".join(unmarked))
+
+
+@pytest.hookimpl(trylast=True)  # after the slowest tests, just above the short summary and the counts
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The run's last lines say how many tests a missing runtime skipped, and the command that stops it."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    missing = [report for report in skipped if MISSING_RUNTIME in str(getattr(report, "longrepr", ""))]
+    if missing:
+        terminalreporter.write_line(
+            f"{len(missing)} tests skipped because the Docker engine has no gVisor runtime (runsc): "
+            f"run `{INSTALL_RUNSC}` (as root) to run them too",
+            yellow=True,
+        )
 
 
 # --- Docker fixtures (sandbox): the session image is built once per machine (its tag persists) ---------------

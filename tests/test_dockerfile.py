@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import subprocess
 import sys
@@ -29,9 +30,36 @@ def _run(*args: str, timeout: float) -> None:
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
 
+# What the image is made of (the Dockerfile's COPY sources and the lock its wheels come from): an unchanged tree
+# finds its image by this hash, stored as a label, and is not built again.
+_INPUTS = ("Dockerfile", "pyproject.toml", "requirements.lock", "README.md", "executor", "images", "policy")
+_INPUTS_LABEL = "executor.test-inputs"
+
+
+def _inputs_hash(base: str) -> str:
+    digest = hashlib.sha256(base.encode())
+    for top in _INPUTS:
+        root = REPO / top
+        for path in sorted([root] if root.is_file() else root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _built_label() -> str | None:
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{_INPUTS_LABEL}"}}}}', TAG],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
 @pytest.fixture(scope="module")
 def server_image() -> str:
-    """Build the toolchain base (offline bootstrap if needed), the wheels, then the Dockerfile with no network."""
+    """The toolchain base (offline bootstrap if needed), the wheels, then the Dockerfile with no network; an image
+    already built from the same inputs is used as it is."""
     from executor.sandbox.docker import DockerEngine, ensure_image
 
     async def toolchain() -> str:
@@ -43,6 +71,9 @@ def server_image() -> str:
             await engine.aclose()
 
     base = trio.run(toolchain)
+    inputs = _inputs_hash(base)
+    if _built_label() == inputs:
+        return TAG
     _run(sys.executable, "-m", "pip", "wheel", "--quiet", "-w", "build/wheels", ".", timeout=600)
     _run(
         "docker",
@@ -52,11 +83,14 @@ def server_image() -> str:
         "none",
         "--build-arg",
         f"BASE={base}",
+        "--label",
+        f"{_INPUTS_LABEL}={inputs}",
         "-t",
         TAG,
         ".",
         timeout=900,
     )
+    assert _built_label() == inputs
     return TAG
 
 

@@ -11,17 +11,24 @@ from typing import Final
 
 import pytest
 
-__all__ = ["RUNTIMES", "require_runtime"]
+__all__ = ["MISSING_RUNTIME", "RUNTIMES", "require_runtime"]
 
 RUNTIMES: Final[tuple[str, ...]] = ("runc", "runsc")
 """Every runtime a profile may ask for."""
+
+
+MISSING_RUNTIME: Final = "the Docker engine has no runtime"
+"""How every skip for a missing runtime begins (the suite's summary counts them by it)."""
+
+INSTALL_RUNSC: Final = "just runsc"
+"""The one command that installs gVisor's runsc (Debian's package) and registers it with the engine."""
 
 
 def require_runtime(runtime: str, available: frozenset[str]) -> None:
     """Skip (fail under CI) a test whose ``runtime`` is not among the engine's ``available`` runtimes."""
     if runtime in available:
         return
-    message = f"the Docker engine has no runtime {runtime!r} (register it with images/register-runsc.sh)"
+    message = f"{MISSING_RUNTIME} {runtime!r}: install and register it with `{INSTALL_RUNSC}` (as root)"
     if os.environ.get("CI") == "true":
         pytest.fail(message + "; under CI it must be there", pytrace=False)
     pytest.skip(message)

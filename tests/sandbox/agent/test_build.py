@@ -33,8 +33,9 @@ def test_sanitized_build_has_its_own_name(agent_build_root: Path, asan_agent: Pa
     assert asan_agent != ensure_agent(AgentSettings(), agent_build_root)
 
 
-def test_whole_settings_build_into_home(tmp_path: Path) -> None:
+def test_whole_settings_build_into_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Given the whole settings, the binary goes to <home>/agent unless agent.build_dir is set."""
+    monkeypatch.delenv("EXECUTOR_AGENT__BUILD_DIR", raising=False)  # the suite's shared build folder
     settings = load_settings(overrides={"home": str(tmp_path / "home")})
     assert agent_build_dir(settings) == tmp_path / "home" / "agent"
     assert ensure_agent(settings).parent == tmp_path / "home" / "agent"
