@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, cast
+from typing import IO, Final, Protocol, cast
 
 from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 
@@ -39,6 +39,7 @@ __all__ = [
     "ArchiveStats",
     "ArchiveTooCostly",
     "TarPacker",
+    "archive_bounds",
     "canonical_entries",
     "download_too_large",
     "extract_tar",
@@ -46,6 +47,7 @@ __all__ = [
     "list_members",
     "pack_command",
     "unpack_command",
+    "write_entry_stream",
 ]
 
 _BLOCK: Final = 512
@@ -350,12 +352,32 @@ class ArchiveBounds:
     """The work one upload's archive may cost on the host (the ``archive`` settings); past any of them it is
     refused naming the setting, and the gate judges an archive it could not list within them unseen."""
 
-    max_expanded_bytes: int = 1024**3
+    max_expanded_bytes: int = 256 * 1024 * 1024
     """Bytes of tar read after decompression (headers and contents)."""
     max_members: int = 100_000
     """Members (files, folders, links)."""
     max_seconds: float = 30.0
     """Seconds spent reading it."""
+
+
+def archive_bounds(section: _ArchiveSection) -> ArchiveBounds:
+    """The bounds the ``archive`` settings section sets."""
+    return ArchiveBounds(
+        max_expanded_bytes=section.max_expanded_bytes,
+        max_members=section.max_members,
+        max_seconds=section.max_seconds,
+    )
+
+
+class _ArchiveSection(Protocol):
+    """The ``archive`` settings section (this module imports no pydantic)."""
+
+    @property
+    def max_expanded_bytes(self) -> int: ...
+    @property
+    def max_members(self) -> int: ...
+    @property
+    def max_seconds(self) -> float: ...
 
 
 class ArchiveTooCostly(ContentRejected):
@@ -602,6 +624,15 @@ def canonical_entries(
             stats.files += 1
             stats.bytes += entry.size
     return stats
+
+
+def write_entry_stream(
+    source: Path, dest: Path, *, bounds: ArchiveBounds, spool_dir: Path | None = None
+) -> ArchiveStats:
+    """:func:`canonical_entries` of the tar in file ``source``, written to file ``dest`` (replaced; mode 0600)."""
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as out, source.open("rb") as archive:
+        return canonical_entries(archive, out, bounds=bounds, spool_dir=spool_dir)
 
 
 def _list_entries(archive: IO[bytes]) -> tuple[str, ...]:
