@@ -611,7 +611,7 @@ def canonical_entries(
                         )
                     reader.check_time()
                     entries.add(member, tar, reader)
-        except ContentRejected:
+        except (ContentRejected, UnsafeTarget):  # UnsafeTarget is an OSError: not "could not be read"
             raise
         except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, ValueError) as exc:
             raise ContentRejected(f"the archive is damaged, truncated or not a tar ({exc})") from exc
