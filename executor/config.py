@@ -41,6 +41,7 @@ __all__ = [
     "SHIPPED_POLICIES",
     "TOML_MAX_BYTES",
     "AgentSettings",
+    "ArchiveSettings",
     "ArtifactSettings",
     "BashSettings",
     "CacheSettings",
@@ -417,6 +418,22 @@ class BashSettings(_Section):
         if default is not None and value < default:
             raise ValueError(f"max_timeout_ms ({value}) must be at least timeout_ms ({default})")
         return value
+
+
+class ArchiveSettings(_Section):
+    """Uploads' archives (``executor cp`` into a session, ``PUT /v1/sessions/{s}/files``, and a ``tar -x`` the gate
+    lists from a supplied stdin): the work reading one may cost on the host. The compressed size is bounded by
+    ``bash.max_stdin_bytes`` (in-process) and ``service.max_request_bytes`` (the service). An upload past a bound is
+    refused naming it (exit 2 on the CLI, 400 from the service); a ``tar -x`` stdin the gate could not list within
+    them is judged unseen. Expanded bytes are never written on the host past ``max_expanded_bytes``."""
+
+    max_expanded_bytes: Bytes = Field(256 * _MIB, ge=_MIB, le=64 * 1024 * _MIB)
+    """Most bytes of tar an archive may expand to once decompressed (headers and contents). What an upload writes
+    travels to the session as its command's stdin, so ``bash.max_stdin_bytes`` bounds that too."""
+    max_members: int = Field(100_000, ge=1, le=1_000_000)
+    """Most members (files, folders, links) one archive may hold."""
+    max_seconds: float = Field(30.0, gt=0, le=3600)
+    """Most seconds reading one archive may take on the host."""
 
 
 class WriteSettings(_Section):
@@ -952,6 +969,8 @@ class Settings(BaseSettings):
     """In-container agent."""
     bash: BashSettings = BashSettings()
     """Bash tool."""
+    archive: ArchiveSettings = ArchiveSettings()
+    """Uploads' archives: the work reading one may cost."""
     write: WriteSettings = WriteSettings()
     """Write tool."""
     artifacts: ArtifactSettings = ArtifactSettings()

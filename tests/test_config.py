@@ -381,3 +381,20 @@ def test_a_profile_name_is_a_plain_word(name: str) -> None:
     with pytest.raises(ConfigError, match="profile name"):
         load_settings(overrides={"profiles": {name: {}}})
     assert "ci-2.large" in load_settings(overrides={"profiles": {"ci-2.large": {}}}).profiles
+
+
+def test_archive_bounds_default_and_refuse_bad_values_at_load() -> None:
+    """The archive.* bounds have their defaults, take byte units, and refuse out-of-range values at load."""
+    archive = load_settings().archive
+    assert (archive.max_expanded_bytes, archive.max_members, archive.max_seconds) == (256 * 1024**2, 100_000, 30.0)
+    assert (
+        load_settings(overrides={"archive": {"max_expanded_bytes": "2MiB"}}).archive.max_expanded_bytes == 2 * 1024**2
+    )
+    for field, value, needle in [
+        ("max_expanded_bytes", 1000, "greater than or equal"),
+        ("max_members", 0, "greater than or equal"),
+        ("max_seconds", 0, "greater than"),
+        ("max_seconds", 7200, "less than or equal"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"(?s)archive\.{field}: .*{needle}"):
+            load_settings(overrides={"archive": {field: value}})

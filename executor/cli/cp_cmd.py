@@ -29,6 +29,7 @@ their content, ``entries`` every member (folders and symlinks too). Failures bef
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 from typing import IO, Any
@@ -45,11 +46,13 @@ from executor.session import SessionAPI, ToolResult
 from executor.tools.archive import (
     ArchiveStats,
     TarPacker,
+    archive_bounds,
     download_too_large,
     extract_tar,
     is_contents,
     pack_command,
     unpack_command,
+    write_entry_stream,
 )
 
 __all__ = ["cp_command", "parse_side"]
@@ -88,12 +91,16 @@ def cp_command(
         )
         # The gate binds the command to its stdin's hash, so the archive is whole before it runs: in a private
         # file, streamed from there to tar's stdin (never whole in memory).
-        with tempfile.NamedTemporaryFile(prefix="cp-") as archive:
+        with contextlib.ExitStack() as stack, tempfile.NamedTemporaryFile(prefix="cp-") as archive:
             for chunk in packer:
                 archive.write(chunk)
             archive.flush()
             stats, archive_bytes = packer.stats, packer.size
-            stdin = StdinFile(path=archive.name, size=packer.size)
+            # The session is sent the archive's entries as they will be written: the gate judges exactly those and
+            # the agent writes those and nothing else.
+            entries = stack.enter_context(tempfile.NamedTemporaryFile(prefix="cp-entries-"))
+            write_entry_stream(Path(archive.name), Path(entries.name), bounds=archive_bounds(settings.archive))
+            stdin = StdinFile(path=entries.name, size=Path(entries.name).stat().st_size)
 
             async def upload(s: SessionAPI) -> ToolResult:
                 seen.append(session_dict(s))

@@ -82,6 +82,7 @@ from executor.gate.env import ENV_CLASSES, EnvClass, classify_env, split_assignm
 from executor.gate.shell import (
     LINK_SOURCE,
     PROGRAM_SHELLS,
+    UNPACKERS,
     ParsedCommand,
     judged_written,
     parse_command,
@@ -331,7 +332,7 @@ def bash_write_paths(
     out: dict[str, None] = {}
     targets = list(parsed.write_targets)
     for target in parsed.write_targets:
-        if members and target.via in ("tar", "bsdtar") and target.word.endswith("/*"):
+        if members and target.via in UNPACKERS and target.word.endswith("/*"):
             folder = target.word[:-2]
             for member in members:
                 if member == "...":

@@ -42,12 +42,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = [
+    "AGENT_PATH",
     "GIT_HOOK_NAMES",
     "GIT_TREE_WRITERS",
     "LINK_SOURCE",
     "PROGRAM_SHELLS",
     "SHELLS",
     "STARTUP_NAMES",
+    "UNPACKERS",
     "GeneratedCode",
     "ParsedCommand",
     "WriteTarget",
@@ -1380,6 +1382,17 @@ def _effects(argv: tuple[str, ...], reading: _Reading) -> None:
     elif name in _ALL_OPERANDS:
         for arg in operands[1:] if name in ("chmod", "chown", "chgrp") else operands:
             reading.target(arg, name)
+    elif name == AGENT_PATH and args[:1] in (("fs-unpack",), ("fs-write",)):
+        # The agent's file operations (the upload's unpack and the write tool's staged write), run from a shell:
+        # 'fs-unpack [--] DEST' writes the entries of the stream on its stdin under DEST (listed from that stdin,
+        # as a 'tar -x' is); 'fs-write PATH ...' writes PATH.
+        words = [arg for arg in args[1:] if arg != "--"]
+        if args[0] == "fs-unpack":
+            for dest in words[:1]:
+                reading.target(posixpath.join(dest, "*"), "fs-unpack")
+        else:
+            for path in [arg for arg in operands[1:] if arg.startswith("/")][:1]:
+                reading.target(path, "fs-write")
     elif name == "unzip" or (name in ("tar", "bsdtar") and _extracts(args)):
         # Extracting writes files whose names the archive holds, into the folder named by -C (tar) or -d (unzip),
         # or else the current one.
@@ -1472,6 +1485,12 @@ def _operands(args: tuple[str, ...], letters: str, long_names: tuple[str, ...]) 
 
 _IN_PLACE = re.compile(r"^-(?!-)[A-Za-z]*i")
 """A short option cluster holding ``-i`` (sed, perl, ruby: edit the named files in place)."""
+AGENT_PATH: Final = "/.executor/agent"
+"""The in-container agent (its ``fs-*`` file operations write files; a shell can run them too)."""
+UNPACKERS: Final = frozenset({"tar", "bsdtar", "fs-unpack"})
+"""The ``via`` of a write target whose files are the members of an archive read from stdin, placed in its folder
+(:attr:`~executor.models.BashAction.stdin_members`)."""
+
 GIT_TREE_WRITERS = frozenset(
     {"checkout", "switch", "restore", "reset", "stash", "merge", "pull", "apply", "am", "cherry-pick", "revert",
      "read-tree", "checkout-index", "rebase", "worktree", "clone"}

@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Final, TypeVar
 
 import trio
@@ -90,7 +91,7 @@ from executor.service.wire import (
 from executor.session import Session, TaskBytes, ToolResult
 from executor.session.output import OutputTools
 from executor.session.presentation import results_read_by
-from executor.tools.archive import pack_command, unpack_command
+from executor.tools.archive import archive_bounds, pack_command, unpack_command, write_entry_stream
 from executor.tools.bash import build_run_spec
 
 __all__ = ["build_app"]
@@ -535,9 +536,16 @@ class _Api:
             async for chunk in request.stream():
                 if not spool.write(chunk):
                     raise _too_large(limit)
-            stdin = spool.stdin()
-            wait = query.approvals == "wait"
-            result, raw = await self._gated_bash(held, self.owner(request), command, stdin=stdin, wait=wait)
+            # What the session is sent is the archive's entries as they will be written (read once here, within
+            # the archive.* bounds): the gate judges exactly those and the agent writes those and nothing else.
+            with spooled_body(self.service.settings.home / "tmp", limit) as entries:
+                bounds = archive_bounds(self.service.settings.archive)
+                await trio.to_thread.run_sync(
+                    partial(write_entry_stream, spool.path, entries.path, bounds=bounds, spool_dir=entries.path.parent)
+                )
+                stdin = StdinFile(path=str(entries.path), size=entries.path.stat().st_size)
+                wait = query.approvals == "wait"
+                result, raw = await self._gated_bash(held, self.owner(request), command, stdin=stdin, wait=wait)
         return _json(_exec_result(result, raw))
 
     async def download(self, request: Request) -> Response:

@@ -187,6 +187,11 @@ class BodySpool:
         self.size += len(data)
         return True
 
+    @property
+    def path(self) -> Path:
+        """The private file (removed when :func:`spooled_body` exits)."""
+        return self._path
+
     def stdin(self) -> StdinFile:
         """The body as a run's stdin (streamed from the file)."""
         return StdinFile(path=str(self._path), size=self.size)

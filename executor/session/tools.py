@@ -36,7 +36,7 @@ from executor.errors import (
 )
 from executor.gate.approvals import ApprovalHandler
 from executor.gate.gate import Gate
-from executor.gate.shell import parse_command
+from executor.gate.shell import UNPACKERS, parse_command
 from executor.journal import JournalWriter
 from executor.models import BashAction, CaptureSink, RunResult, RunSpec, StdinFile, StreamName, WriteAction
 from executor.sandbox.agent.client import AgentClient
@@ -57,7 +57,7 @@ from executor.session.gating import Gatekeeper
 from executor.session.output import OutputTools
 from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
-from executor.tools.archive import list_members
+from executor.tools.archive import ArchiveBounds, archive_bounds, list_members
 from executor.tools.bash import build_run_spec, check_utf8, cwd_rejection
 from executor.tools.write import AGENT_PATH, WriteTool
 
@@ -237,7 +237,7 @@ class Session:
     ) -> tuple[str, ToolResult | None]:
         """Gate the exact run ``spec``; returns its action id and, unless it may run, the result to return."""
         stdin_sha256, stdin_program, stdin_members = await _stdin_facts(
-            spec, self._settings.gate.stdin_program_max_bytes
+            spec, self._settings.gate.stdin_program_max_bytes, archive_bounds(self._settings.archive)
         )
         action = BashAction(
             session_id=self.id,
@@ -845,24 +845,27 @@ def _refusal_data(exc: WriteError) -> dict[str, object]:
     return {"error": names.get(code, type(exc).__name__), "errno": code}
 
 
-async def _stdin_facts(spec: RunSpec, max_bytes: int) -> tuple[str | None, str | None, tuple[str, ...] | None]:
+async def _stdin_facts(
+    spec: RunSpec, max_bytes: int, bounds: ArchiveBounds
+) -> tuple[str | None, str | None, tuple[str, ...] | None]:
     """A run's stdin's hex SHA-256; the stdin as text when the command runs a shell or interpreter that reads its
     program from it (UTF-8 of at most ``max_bytes``; else None); and the member names of the tar it unpacks from it
-    (see :attr:`BashAction.stdin_members`). A file is read in a thread, its archive listing streamed."""
+    (see :attr:`BashAction.stdin_members`), read within ``bounds``. A file is read in a thread, its archive listing
+    streamed."""
     stdin = spec.stdin
     if stdin is None:
         return None, None, None
     parsed = parse_command(spec.command)
     wanted = bool(parsed.stdin_readers)
-    unpacks = any(target.via in ("tar", "bsdtar") for target in parsed.write_targets)
+    unpacks = any(target.via in UNPACKERS for target in parsed.write_targets)
     members: tuple[str, ...] | None = None
     if isinstance(stdin, bytes):
         data = stdin
         if unpacks:  # in a thread: a compressed archive is decompressed to be listed
-            members = await trio.to_thread.run_sync(list_members, io.BytesIO(data))
+            members = await trio.to_thread.run_sync(list_members, io.BytesIO(data), bounds)
     else:
         if unpacks:
-            members = await trio.to_thread.run_sync(_list_file_members, stdin)
+            members = await trio.to_thread.run_sync(_list_file_members, stdin, bounds)
         if not (wanted and stdin.size <= max_bytes):
             return await trio.to_thread.run_sync(_file_sha256, stdin), None, members
         data = (await trio.to_thread.run_sync(Path(stdin.path).read_bytes))[: stdin.size]
@@ -873,9 +876,9 @@ async def _stdin_facts(spec: RunSpec, max_bytes: int) -> tuple[str | None, str |
     return hashlib.sha256(data).hexdigest(), program, members
 
 
-def _list_file_members(source: StdinFile) -> tuple[str, ...]:
+def _list_file_members(source: StdinFile, bounds: ArchiveBounds) -> tuple[str, ...]:
     with Path(source.path).open("rb") as handle:
-        return list_members(handle)
+        return list_members(handle, bounds)
 
 
 def _file_sha256(source: StdinFile) -> str:

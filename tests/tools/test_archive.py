@@ -16,7 +16,10 @@ from executor.errors import ContentRejected, PathRejected, UnsafeTarget
 from executor.testing.files import listing, make_tree, one_file_tar
 from executor.tools.archive import (
     MAX_LISTED_MEMBERS,
+    ArchiveBounds,
+    ArchiveTooCostly,
     TarPacker,
+    canonical_entries,
     extract_tar,
     list_members,
     pack_command,
@@ -118,9 +121,7 @@ def test_a_truncated_archive_is_refused(tmp_path: Path) -> None:
 
 def test_commands_quote_their_paths() -> None:
     """The in-session commands quote paths and pack a path under its own name."""
-    assert unpack_command("my dir").endswith(
-        "mkdir -p -- 'my dir' && tar -x --no-same-owner --no-same-permissions -C 'my dir' -f -"
-    )
+    assert unpack_command("my dir") == "/.executor/agent fs-unpack -- 'my dir'"
     assert pack_command("/work/out/") == "tar -c -C /work -f - -- out"
     assert pack_command("out") == "tar -c -C . -f - -- out"
     assert pack_command("/") == "tar -c -C / -f - -- ."
@@ -218,3 +219,103 @@ def test_list_members_names_what_each_link_names() -> None:
     assert list_members(io.BytesIO(buffer.getvalue())) == (
         "gg", ".git", "sub/up", ".git/hooks", "abs", "/home/agent/.bashrc", "hard", ".git/config", "plain",
     )  # fmt: skip
+
+
+# -- an upload's entries ------------------------------------------------------------------------------------------
+
+
+def _tar(*members: tarfile.TarInfo | tuple[str, bytes], fmt: int = tarfile.PAX_FORMAT) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as tar:
+        for member in members:
+            if isinstance(member, tarfile.TarInfo):
+                tar.addfile(member)
+            else:
+                info = tarfile.TarInfo(member[0])
+                info.size = len(member[1])
+                tar.addfile(info, io.BytesIO(member[1]))
+    buffer.seek(0)
+    return buffer
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+def _entries(archive: io.BytesIO, bounds: ArchiveBounds | None = None) -> tuple[str, ...]:
+    out = io.BytesIO()
+    canonical_entries(archive, out, bounds=bounds or ArchiveBounds())
+    out.seek(0)
+    return list_members(out)
+
+
+@pytest.mark.parametrize(
+    ("name", "written"),
+    [
+        ("./.git/config", ".git/config"),
+        ("a//../.git/hooks/x", ".git/hooks/x"),
+        ("x/../.git/config", ".git/config"),
+        ("/.git/config", ".git/config"),
+        ("d/" * 60 + ".git/config", "d/" * 60 + ".git/config"),
+    ],
+    ids=["dot-slash", "double-slash-dotdot", "dotdot-back-inside", "absolute", "long-name"],
+)
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT], ids=["pax", "gnu"])
+def test_an_uploads_entries_are_the_paths_written(name: str, written: str, fmt: int) -> None:
+    """Each member is listed as the normalised path the agent writes, however tar would spell it."""
+    assert _entries(_tar((name, b"x"), fmt=fmt))[-1] == written
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [_link("l", ".git"), ("l/config", b"x")],
+        [("d/f", b"x"), _link("d", ".git")],
+        [("f", b"x"), ("f/inner", b"y")],
+        [_link("h", ".git/config", tarfile.LNKTYPE)],
+        [("../up", b"x")],
+    ],
+    ids=["through-a-symlink-member", "folder-replaced-by-link", "through-a-file", "hardlink-to-unlisted", "dotdot"],
+)
+def test_an_upload_written_through_a_link_or_leaving_is_refused(
+    members: list[tarfile.TarInfo | tuple[str, bytes]],
+) -> None:
+    """A member written through a link or file the archive made, a hard link to no earlier file, or a path that
+    leaves the destination refuses the upload."""
+    with pytest.raises(UnsafeTarget, match="refused the archive"):
+        _entries(_tar(*members))
+
+
+def test_links_are_listed_as_what_they_name() -> None:
+    """A symlink member is judged as a write to what it names; a hard link is a copy listed under its own name."""
+    listed = _entries(_tar(("a/f", b"data"), _link("l", ".git"), _link("h", "a/f", tarfile.LNKTYPE)))
+    assert listed == ("a/f", "l", ".git", "h")
+
+
+def test_a_compression_bomb_is_refused_at_its_bound() -> None:
+    """A small bzip2 or gzip of many zero bytes is refused naming archive.max_expanded_bytes, quickly, and the gate's
+    listing of it stops there (judged unseen)."""
+    zeros = tarfile.TarInfo("z")
+    zeros.size = 64 * 1024 * 1024
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w") as tar:
+        tar.addfile(zeros, io.BytesIO(bytes(zeros.size)))
+    bounds = ArchiveBounds(max_expanded_bytes=8 * 1024 * 1024)
+    for squeeze in (bz2.compress, gzip.compress):
+        small = squeeze(plain.getvalue())
+        assert len(small) < 256 * 1024
+        with pytest.raises(ArchiveTooCostly, match=r"archive\.max_expanded_bytes"):
+            canonical_entries(io.BytesIO(small), io.BytesIO(), bounds=bounds)
+        assert list_members(io.BytesIO(small), bounds)[-1] == "..."
+
+
+def test_member_count_and_time_bounds_name_their_setting() -> None:
+    """More members than archive.max_members, or more time than archive.max_seconds, is refused naming it."""
+    many = _tar(*[(f"f{i}", b"") for i in range(20)])
+    with pytest.raises(ArchiveTooCostly, match=r"more than 10 members \(archive\.max_members\)"):
+        canonical_entries(many, io.BytesIO(), bounds=ArchiveBounds(max_members=10))
+    many.seek(0)
+    with pytest.raises(ArchiveTooCostly, match=r"archive\.max_seconds"):
+        canonical_entries(many, io.BytesIO(), bounds=ArchiveBounds(max_seconds=1e-9))

@@ -491,7 +491,7 @@ _MENTION = re.compile(r"[^\s'\"<>|;&()=`]+")
 _WRITERS = frozenset(
     {"cp", "mv", "ln", "install", "rsync", "tee", "touch", "truncate", "chmod", "chown", "chgrp", "rm", "dd", "tar",
      "bsdtar", "unzip", "cpio", "patch", "ed", "ex", "vi", "vim", "nano", "emacs", "xargs", "make", "shred",
-     "mkfifo", "mknod", "curl", "wget", "split", "csplit", "gzip", "gunzip", "zip"}
+     "mkfifo", "mknod", "curl", "wget", "split", "csplit", "gzip", "gunzip", "zip", "agent"}
 )  # fmt: skip
 """Commands that write files their arguments, their stdin or their options may name (making or removing a folder
 writes no content: ``mkdir -p .git/hooks`` is no hook)."""

@@ -195,6 +195,7 @@ static struct {
 } g_out;
 
 static volatile sig_atomic_t g_committed; /* the rename happened: errors from here on say so */
+static bool g_echo_stderr;                 /* fs-unpack: errors are also printed on stderr */
 static void out_now(void);                 /* after a commit: what the path holds now (defined below) */
 
 static void out_raw(const char *s, size_t n)
@@ -298,6 +299,12 @@ __attribute__((format(printf, 4, 5))) static int fail_kind(const char *code, con
     va_end(ap);
     if (n < 0)
         msg[0] = '\0';
+    if (g_echo_stderr) {
+        int e = 0;
+        /* best effort: the JSON answer on stdout is the record; this line is for a person reading stderr */
+        if (write_all(2, "fs-unpack: ", 11, &e) && write_all(2, msg, strlen(msg), &e))
+            (void)write_all(2, "\n", 1, &e);
+    }
     g_out.len = 0;
     g_out.overflow = false;
     out_lit("{");
@@ -1342,6 +1349,513 @@ out_dir:
     return rc;
 }
 
+/* ---------------------------------------------------------------- fs-unpack */
+
+/* fs-unpack DEST: writes the entries of an entry stream read from stdin under folder DEST (made if missing).
+ *
+ * The host turns an upload's archive into this stream (executor/tools/archive.py, canonical_entries) and the gate
+ * judges exactly its entries; this writes exactly those and nothing else. Stream (big-endian):
+ *
+ *   "XENTRY1\n" | u32 COUNT | COUNT headers | the contents of the file entries, in header order
+ *   header:  u8 KIND ('d' folder, 'f' file, 'l' symlink) | u16 MODE (<= 0777) | u16 LEN | LEN bytes of PATH
+ *            | KIND 'l': u16 LEN | LEN bytes of the link's text | KIND 'f': u64 SIZE
+ *
+ * PATH is relative and normalised (no empty, '.' or '..' component, no leading or trailing '/'). Every path is
+ * walked from DEST one component at a time with openat(O_PATH|O_NOFOLLOW|O_DIRECTORY): a symlink anywhere on the
+ * way (one the workspace already held, or one an earlier entry made) is refused, never followed. All headers are
+ * checked against the disk before anything is written, so an entry that cannot be written as judged refuses the
+ * whole upload. Files and links are staged under a private name (O_EXCL) and renamed over the final name (a symlink
+ * or file there is replaced, never written through); a folder that exists is kept as it is; folders made here get
+ * their mode (minus the umask) at the end. DEST itself is walked from `/` (or from the working folder when
+ * relative) the same way. Answer: {"ok": true, "path": DEST, "entries": N, "files": F, "bytes": B}; errors as for
+ * the other commands, also printed on stderr. Residual race: as for fs-write, another process of the session can
+ * change a folder between the check and the write; the write still never follows a symlink. */
+
+#define FO_UNPACK_MAGIC "XENTRY1\n"
+#define FO_UNPACK_MAX_ENTRIES 1000000u
+#define FO_UNPACK_TABLE_MAX (64u << 20) /* bytes of headers held at once */
+
+struct uentry {
+    char kind;
+    unsigned mode;
+    uint64_t size;
+    char *path;
+    char *link;
+    bool created;
+};
+
+static struct {
+    struct uentry *e;
+    uint32_t n;
+    size_t held;
+} g_table;
+
+/* Reads exactly n bytes of stdin. Returns 0, or an exit status (printed). */
+static int read_exact(void *buf, size_t n, const char *what)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = read(0, p, n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return fail("io", "", "reading the entry stream (%s) failed: %s", what, strerror(errno));
+        }
+        if (r == 0)
+            return fail("bad_stream", "", "the entry stream ends inside %s; send the whole stream", what);
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static uint64_t be(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static bool rel_path_ok(const char *p, size_t len)
+{
+    if (len == 0 || len > FO_PATH_MAX || p[0] == '/' || p[len - 1] == '/' || memchr(p, '\0', len) != NULL)
+        return false;
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && p[i] != '/')
+            continue;
+        size_t n = i - start;
+        if (n == 0 || n > FO_NAME_MAX || (n == 1 && p[start] == '.') || (n == 2 && p[start] == '.' && p[start + 1] == '.'))
+            return false;
+        start = i + 1;
+    }
+    return true;
+}
+
+/* A length-prefixed string (u16), held in a new NUL-terminated allocation counted against the table's cap. */
+static int read_string(char **out, const char *what)
+{
+    uint8_t b[2];
+    int rc = read_exact(b, 2, what);
+    if (rc != 0)
+        return rc;
+    size_t len = (size_t)be(b, 2);
+    if (len == 0 || len > FO_PATH_MAX)
+        return fail("bad_stream", "", "%s is empty or longer than %d bytes", what, FO_PATH_MAX);
+    if (len + 1 > FO_UNPACK_TABLE_MAX - g_table.held)
+        return fail("too_large", "", "the entry stream's headers exceed %u bytes; upload fewer files at once",
+                    FO_UNPACK_TABLE_MAX);
+    char *s = malloc(len + 1);
+    if (s == NULL)
+        return fail("io", "", "out of memory reading %s", what);
+    g_table.held += len + 1;
+    *out = s;
+    rc = read_exact(s, len, what);
+    if (rc != 0)
+        return rc;
+    s[len] = '\0';
+    if (memchr(s, '\0', len) != NULL)
+        return fail("bad_stream", "", "%s holds a NUL byte", what);
+    return 0;
+}
+
+static int read_table(void)
+{
+    uint8_t head[12];
+    int rc = read_exact(head, sizeof(head), "its header");
+    if (rc != 0)
+        return rc;
+    if (memcmp(head, FO_UNPACK_MAGIC, 8) != 0)
+        return fail("bad_stream", "", "stdin is not an entry stream (it starts without %s)", "XENTRY1");
+    uint64_t count = be(head + 8, 4);
+    if (count > FO_UNPACK_MAX_ENTRIES)
+        return fail("too_large", "", "the entry stream has %llu entries, more than %u", (unsigned long long)count,
+                    FO_UNPACK_MAX_ENTRIES);
+    g_table.e = calloc(count > 0 ? (size_t)count : 1, sizeof(struct uentry));
+    if (g_table.e == NULL)
+        return fail("io", "", "out of memory for %llu entries", (unsigned long long)count);
+    for (uint32_t i = 0; i < (uint32_t)count; i++) {
+        struct uentry *u = &g_table.e[i];
+        uint8_t b[3];
+        rc = read_exact(b, 3, "an entry's header");
+        if (rc != 0)
+            return rc;
+        g_table.n = i + 1;
+        u->kind = (char)b[0];
+        u->mode = (unsigned)be(b + 1, 2);
+        if ((u->kind != 'd' && u->kind != 'f' && u->kind != 'l') || u->mode > 0777)
+            return fail("bad_stream", "", "entry %u has kind 0x%02x and mode %o; want d, f or l and <= 0777", i,
+                        (unsigned)b[0], u->mode);
+        rc = read_string(&u->path, "an entry's path");
+        if (rc != 0)
+            return rc;
+        if (!rel_path_ok(u->path, strlen(u->path)))
+            return fail("bad_path", u->path, "entry path %s is not a normalised relative path", u->path);
+        if (u->kind == 'l') {
+            rc = read_string(&u->link, "a symlink's text");
+            if (rc != 0)
+                return rc;
+        } else if (u->kind == 'f') {
+            uint8_t sz[8];
+            rc = read_exact(sz, 8, "a file's size");
+            if (rc != 0)
+                return rc;
+            u->size = be(sz, 8);
+            if (u->size > (1ull << 62))
+                return fail("bad_stream", u->path, "entry %s has an impossible size", u->path);
+        }
+    }
+    return 0;
+}
+
+static void free_table(void)
+{
+    for (uint32_t i = 0; i < g_table.n; i++) {
+        free(g_table.e[i].path);
+        free(g_table.e[i].link);
+    }
+    free(g_table.e);
+    memset(&g_table, 0, sizeof(g_table));
+}
+
+enum walk_end { WALK_OK, WALK_MISSING };
+
+/* Opens the folder holding `rel` (relative to base) without following any symlink; with `create`, missing folders
+ * are made (0755 minus the umask). *dirfd_out is an O_PATH descriptor; *name_at is the last component of rel.
+ * Without `create`, a missing folder ends the walk with WALK_MISSING (*dirfd_out -1). Returns 0 or an exit status. */
+static int walk_rel(int base, const char *rel, bool create, int *dirfd_out, const char **name_at, enum walk_end *end)
+{
+    char comp[FO_NAME_MAX + 1];
+    char prefix[FO_PATH_MAX + 1];
+    *dirfd_out = -1;
+    *end = WALK_OK;
+    int fd = dup(base);
+    if (fd < 0)
+        return fail_errno(errno, rel, "duplicating a descriptor for");
+    const char *p = rel;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        if (slash == NULL) {
+            *dirfd_out = fd;
+            *name_at = p;
+            return 0;
+        }
+        size_t n = (size_t)(slash - p);
+        memcpy(comp, p, n);
+        comp[n] = '\0';
+        memcpy(prefix, rel, (size_t)(slash - rel));
+        prefix[slash - rel] = '\0';
+        int next = openat(fd, comp, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT) {
+            if (!create) {
+                close(fd);
+                *end = WALK_MISSING;
+                return 0;
+            }
+            if (mkdirat(fd, comp, 0755) != 0 && errno != EEXIST) {
+                int e = errno;
+                close(fd);
+                return fail_errno(e, prefix, "creating folder");
+            }
+            next = openat(fd, comp, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+        }
+        if (next < 0) {
+            int e = errno;
+            struct stat st;
+            bool link = fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+            close(fd);
+            if (link)
+                return fail_kind("symlink", prefix, "symlink",
+                                 "%s is a symbolic link; an upload never writes through one (it would write %s "
+                                 "somewhere the gate did not judge): remove the link or upload to the folder it "
+                                 "points at",
+                                 prefix, rel);
+            if (e == ENOTDIR || e == ELOOP)
+                return fail("not_directory", prefix, "%s is not a folder, so %s cannot be written", prefix, rel);
+            return fail_errno(e, prefix, "opening folder");
+        }
+        close(fd);
+        fd = next;
+        p = slash + 1;
+    }
+}
+
+/* Before anything is written: every entry can be written as judged on the disk as it is now. */
+static int unpack_check(int base)
+{
+    for (uint32_t i = 0; i < g_table.n; i++) {
+        const struct uentry *u = &g_table.e[i];
+        int dirfd;
+        const char *name;
+        enum walk_end end;
+        int rc = walk_rel(base, u->path, false, &dirfd, &name, &end);
+        if (rc != 0)
+            return rc;
+        if (end == WALK_MISSING)
+            continue;
+        struct stat st;
+        int r = fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW);
+        int e = errno;
+        close(dirfd);
+        if (r != 0) {
+            if (e == ENOENT)
+                continue;
+            return fail_errno(e, u->path, "looking at");
+        }
+        if (u->kind == 'd' && !S_ISDIR(st.st_mode))
+            return fail_kind(S_ISLNK(st.st_mode) ? "symlink" : "not_directory", u->path, kind_of(st.st_mode),
+                             "%s exists and is a %s, not a folder; an upload never replaces or follows it: remove "
+                             "it first",
+                             u->path, kind_of(st.st_mode));
+        if (u->kind != 'd' && S_ISDIR(st.st_mode))
+            return fail_kind("not_regular", u->path, "directory",
+                             "%s is a folder; the upload holds a %s there: remove the folder first", u->path,
+                             u->kind == 'f' ? "file" : "symlink");
+    }
+    return 0;
+}
+
+static int stage_name(const char *name, const char *path)
+{
+    uint64_t rnd;
+    ssize_t got;
+    do
+        got = getrandom(&rnd, sizeof(rnd), 0);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sizeof(rnd))
+        return fail("io", path, "getrandom failed: %s", got < 0 ? strerror(errno) : "short read");
+    int n = snprintf(g_stage_name, sizeof(g_stage_name), ".%.*s%s%016" PRIx64, FO_STAGING_NAME_KEEP, name,
+                     FO_STAGING_SUFFIX, rnd);
+    if (n < 0 || (size_t)n >= sizeof(g_stage_name))
+        return fail("bad_path", path, "staging name for %s does not fit", path);
+    return 0;
+}
+
+/* Copies exactly `size` bytes of stdin into fd. */
+static int copy_exact(int fd, uint64_t size, const char *path)
+{
+    static uint8_t chunk[FO_CHUNK];
+    while (size > 0) {
+        size_t want = size < sizeof(chunk) ? (size_t)size : sizeof(chunk);
+        int rc = read_exact(chunk, want, "a file's content");
+        if (rc != 0)
+            return rc;
+        int e = 0;
+        if (!write_all(fd, chunk, want, &e))
+            return fail_errno(e, path, "writing");
+        size -= want;
+    }
+    return 0;
+}
+
+static int unpack_one(int base, struct uentry *u, mode_t um, uint64_t *bytes)
+{
+    int dirfd;
+    const char *name;
+    enum walk_end end;
+    int rc = walk_rel(base, u->path, true, &dirfd, &name, &end);
+    if (rc != 0)
+        return rc;
+    if (u->kind == 'd') {
+        if (mkdirat(dirfd, name, 0700) == 0) {
+            u->created = true;
+        } else {
+            int e = errno;
+            struct stat st;
+            if (e != EEXIST || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+                close(dirfd);
+                return e == EEXIST ? fail("not_directory", u->path, "%s is no longer a folder", u->path)
+                                   : fail_errno(e, u->path, "creating folder");
+            }
+        }
+        close(dirfd);
+        return 0;
+    }
+    rc = 0;
+    int fd = -1;
+    if (u->kind == 'f') {
+        rc = create_staging(dirfd, name, u->path, &fd);
+        if (rc == 0)
+            rc = copy_exact(fd, u->size, u->path);
+        if (rc == 0 && fchmod(fd, (mode_t)u->mode & ~um) != 0)
+            rc = fail_errno(errno, u->path, "setting the mode of");
+        if (fd >= 0 && close(fd) != 0 && rc == 0)
+            rc = fail_errno(errno, u->path, "closing");
+        *bytes += u->size;
+    } else {
+        for (int i = 0; rc == 0; i++) {
+            rc = stage_name(name, u->path);
+            if (rc != 0)
+                break;
+            if (symlinkat(u->link, dirfd, g_stage_name) == 0) {
+                g_stage_dirfd = dirfd;
+                break;
+            }
+            if (errno != EEXIST || i + 1 == FO_STAGING_TRIES)
+                rc = fail_errno(errno, u->path, "creating the symlink");
+        }
+    }
+    if (rc == 0 && renameat(dirfd, g_stage_name, dirfd, name) != 0)
+        rc = fail_errno(errno, u->path, "renaming the staged entry to");
+    if (rc != 0)
+        stage_unlink(dirfd);
+    stage_forget();
+    close(dirfd);
+    return rc;
+}
+
+/* Folders made here get their mode last (a 0555 folder must still take its files), deepest first. */
+static int unpack_modes(int base, mode_t um)
+{
+    for (uint32_t k = g_table.n; k > 0; k--) {
+        const struct uentry *u = &g_table.e[k - 1];
+        if (u->kind != 'd' || !u->created)
+            continue;
+        int dirfd;
+        const char *name;
+        enum walk_end end;
+        int rc = walk_rel(base, u->path, false, &dirfd, &name, &end);
+        if (rc != 0)
+            return rc;
+        if (end == WALK_MISSING)
+            return fail("not_found", u->path, "%s vanished while the upload was written", u->path);
+        int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(dirfd);
+        if (fd < 0)
+            return fail_errno(e, u->path, "opening folder");
+        rc = fchmod(fd, (mode_t)u->mode & ~um) != 0 ? fail_errno(errno, u->path, "setting the mode of") : 0;
+        close(fd);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Opens folder DEST (absolute, or relative to the working folder), made if missing, following no symlink. */
+static int open_dest(const char *dest, char *abs, int *fd_out)
+{
+    char cwd[FO_PATH_MAX + 1];
+    char joined[2 * FO_PATH_MAX + 2];
+    if (dest[0] == '\0' || strnlen(dest, FO_PATH_MAX + 1) > FO_PATH_MAX)
+        return fail("bad_path", "", "the destination is empty or longer than %d bytes", FO_PATH_MAX);
+    if (dest[0] == '/') {
+        snprintf(joined, sizeof(joined), "%s", dest);
+    } else {
+        if (getcwd(cwd, sizeof(cwd)) == NULL)
+            return fail_errno(errno, ".", "finding the working folder");
+        snprintf(joined, sizeof(joined), "%s/%s", cwd, dest);
+    }
+    /* lexical normalisation is exact here: no component may be a symlink, so '..' is its parent */
+    size_t used = 0;
+    abs[0] = '\0';
+    for (char *save = NULL, *c = strtok_r(joined, "/", &save); c != NULL; c = strtok_r(NULL, "/", &save)) {
+        if (strcmp(c, ".") == 0)
+            continue;
+        if (strcmp(c, "..") == 0) {
+            char *cut = strrchr(abs, '/');
+            used = cut != NULL ? (size_t)(cut - abs) : 0;
+            abs[used] = '\0';
+            continue;
+        }
+        size_t n = strlen(c);
+        if (used + 1 + n > FO_PATH_MAX)
+            return fail("bad_path", "", "the destination is longer than %d bytes", FO_PATH_MAX);
+        abs[used++] = '/';
+        memcpy(abs + used, c, n + 1);
+        used += n;
+    }
+    if (used == 0) {
+        abs[0] = '/';
+        abs[1] = '\0';
+        *fd_out = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        return *fd_out < 0 ? fail_errno(errno, "/", "opening") : 0;
+    }
+    struct walk w;
+    g_make_parents = true;
+    int rc = walk_parents(abs, &w);
+    if (rc != 0)
+        return rc;
+    if (mkdirat(w.dirfd, w.name, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        close(w.dirfd);
+        return fail_errno(e, abs, "creating folder");
+    }
+    int fd = openat(w.dirfd, w.name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+    int e = errno;
+    struct stat st;
+    bool link = fd < 0 && fstatat(w.dirfd, w.name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+    close(w.dirfd);
+    if (link)
+        return fail_kind("symlink", abs, "symlink",
+                         "refusing to unpack into %s: it is a symbolic link (name the folder it points at)", abs);
+    if (fd < 0)
+        return e == ENOTDIR ? fail("not_directory", abs, "%s is not a folder", abs) : fail_errno(e, abs, "opening");
+    *fd_out = fd;
+    return 0;
+}
+
+static int cmd_unpack(int argc, char **argv)
+{
+    g_echo_stderr = true;
+    if (argc >= 1 && strcmp(argv[0], "--") == 0) {
+        argc--;
+        argv++;
+    }
+    if (argc != 1)
+        return fail("usage", "", "fs-unpack takes one DEST (the folder to unpack into) and the stream on stdin");
+    if (install_cleanup_handlers() != 0)
+        return fail("io", "", "installing signal handlers failed: %s", strerror(errno));
+    static char abs[FO_PATH_MAX + 1];
+    int base = -1;
+    int rc = read_table();
+    if (rc == 0)
+        rc = open_dest(argv[0], abs, &base);
+    if (rc == 0)
+        rc = unpack_check(base);
+    mode_t um = umask(0);
+    umask(um);
+    uint64_t files = 0, bytes = 0;
+    for (uint32_t i = 0; rc == 0 && i < g_table.n; i++) {
+        rc = unpack_one(base, &g_table.e[i], um, &bytes);
+        if (rc != 0)
+            break;
+        files += g_table.e[i].kind == 'f';
+    }
+    if (rc == 0)
+        rc = unpack_modes(base, um);
+    if (rc == 0) {
+        uint8_t extra;
+        ssize_t r;
+        do
+            r = read(0, &extra, 1);
+        while (r < 0 && errno == EINTR);
+        if (r != 0)
+            rc = fail("bad_stream", "", "the entry stream has bytes after its last entry");
+    }
+    uint32_t n = g_table.n;
+    free_table();
+    if (base >= 0)
+        close(base);
+    if (rc != 0)
+        return rc;
+    out_lit("{\"ok\":true,");
+    out_key("path");
+    out_str(abs);
+    out_lit(",");
+    out_key("entries");
+    out_u64(n);
+    out_lit(",");
+    out_key("files");
+    out_u64(files);
+    out_lit(",");
+    out_key("bytes");
+    out_u64(bytes);
+    out_lit("}");
+    return out_flush(EXIT_OK, NULL, 0);
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 int fileops_main(int argc, char **argv)
@@ -1362,7 +1876,9 @@ int fileops_main(int argc, char **argv)
         return cmd_read(argc - 1, argv + 1);
     if (strcmp(sub, "fs-write") == 0)
         return cmd_write(argc - 1, argv + 1);
-    return fail("usage", "", "unknown subcommand %.32s: use fs-stat, fs-read or fs-write", sub);
+    if (strcmp(sub, "fs-unpack") == 0)
+        return cmd_unpack(argc - 1, argv + 1);
+    return fail("usage", "", "unknown subcommand %.32s: use fs-stat, fs-read, fs-write or fs-unpack", sub);
 }
 
 #ifdef FILEOPS_STANDALONE
