@@ -59,6 +59,7 @@ from executor.errors import (
 from executor.ids import is_session_id
 from executor.mcp.server import owner_for_token
 from executor.models import StdinFile
+from executor.nesting import NestingTooDeep, check_json_depth
 from executor.sandbox.agent.client import on_run_started
 from executor.sandbox.base import SessionInfo
 from executor.service.core import Held, LiveStream, RawStreams, Service, owns
@@ -243,6 +244,11 @@ class _Api:
 
     async def parse(self, request: Request, model: type[M]) -> M:
         raw = await self.body(request, self.json_limit())
+        try:
+            # Measured before any parser recurses into it (executor/nesting.py).
+            check_json_depth(raw, max_depth=self.svc.max_json_depth, setting="service.max_json_depth")
+        except NestingTooDeep as exc:
+            raise _HttpError(400, "ValidationError", f"the request body is refused: {exc}") from None
         try:
             parsed = model.model_validate_json(raw or b"{}")
         except ValidationError as exc:

@@ -809,3 +809,41 @@ def test_http_contract_allow_on_405_and_a_gated_task_start_is_not_created(shared
             raw.delete(f"http://x/v1/sessions/{session}")
         huge = raw.get("http://x/v1/health", headers={"x-padding": "a" * (128 * 1024)})
         assert (huge.status_code, huge.content) == (431, b"")
+
+
+def test_deeply_nested_json_is_a_400_on_every_json_endpoint_and_the_service_goes_on(
+    shared_service: ServiceProcess,
+) -> None:
+    """A JSON body nested 200,000 deep (or just past service.max_json_depth) is refused with a 400 naming the setting
+    on every route that parses one, MCP's included, before any parser recurses into it; the service still answers."""
+    assert shared_service.url is not None
+    with shared_service.client() as client:
+        session = client.create_session().id
+    deep = b'{"command": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    just_over = b'{"command": "true", "x": ' + b"[" * 64 + b"]" * 64 + b"}"  # 65 levels with the outer object
+    at_limit = b'{"command": "true", "x": ' + b"[" * 63 + b"]" * 63 + b"}"
+    routes = ["/v1/sessions", f"/v1/sessions/{session}/exec", f"/v1/sessions/{session}/write"]
+    routes += [f"/v1/sessions/{session}/tasks", "/v1/approvals/ap-000000000000"]
+    with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket)), timeout=60) as raw:
+        for route in routes:
+            for body in (deep, just_over):
+                answer = raw.post(f"http://x{route}", content=body, headers={"content-type": "application/json"})
+                assert answer.status_code == 400, (route, answer.text)
+                error = answer.json()["error"]
+                assert error["type"] == "ValidationError", error
+                assert re.fullmatch(
+                    r"the request body is refused: JSON nested \d+ levels deep; at most 64 \(service\.max_json_depth\)"
+                    r" are accepted",
+                    error["message"],
+                ), error
+        # At the limit the body is parsed as usual (here: a field the route does not take).
+        answer = raw.post(f"http://x/v1/sessions/{session}/exec", content=at_limit)
+        assert answer.status_code == 422, answer.text
+    headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN_A}"}
+    with httpx2.Client(base_url=shared_service.url, timeout=60) as mcp:
+        answer = mcp.post("/mcp", content=b"[" * 200_000, headers={**headers, "content-type": "application/json"})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["code"] == -32700
+        assert "service.max_json_depth" in answer.json()["error"]["message"]
+    with shared_service.client() as client:
+        assert client.exec(session, "echo alive").stdout == b"alive\n"

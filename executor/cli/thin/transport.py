@@ -26,6 +26,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from executor.nesting import DEFAULT_MAX_DEPTH, loads_json
+
 __all__ = [
     "Connection",
     "Response",
@@ -172,6 +174,9 @@ def _settings_file(config: str | None, environ: Mapping[str, str]) -> dict[str, 
     try:
         import tomllib
 
+        from executor.nesting import check_toml_depth
+
+        check_toml_depth(raw)  # NestingTooDeep is a ValueError: the in-process path says what is wrong
         return tomllib.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
@@ -587,7 +592,7 @@ class Connection:
             ServiceError, Unreachable: see :meth:`send`.
         """
         raw = self.send(method, path, body, query=query).read()
-        return json.loads(raw) if raw else None
+        return loads_json(raw, max_depth=DEFAULT_MAX_DEPTH) if raw else None
 
 
 def open_connection(target: Target, *, timeout: float | None = None) -> Connection:
