@@ -160,7 +160,8 @@ def test_settings_files_are_read_bounded(tmp_path: Path) -> None:
     deep.write_text("a = " + "[" * 100_000)
     with pytest.raises(
         ConfigError,
-        match=r"deep.toml: not valid TOML: arrays, tables or dotted keys nested too deeply \(100001 levels; at most 64\)$",
+        match=r"deep.toml: not valid TOML: arrays, tables or dotted keys nested too deeply "
+        r"\(100001 levels; at most 64\)$",
     ):
         load_settings(deep)
     fine = tmp_path / "fine.toml"
