@@ -31,6 +31,7 @@ from executor.cli.streams import OutputFailed, read_capped, silence
 from executor.cli.thin.transport import (
     Connection,
     NotText,
+    NotYours,
     Response,
     ServiceError,
     Target,
@@ -942,6 +943,8 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return None
     try:
         conn = open_connection(target)
+    except NotYours as exc:
+        return out.fail(str(exc), shapes.EXIT_USAGE)
     except Unreachable as exc:
         if not target.explicit:
             return None  # a stale socket: no service, run in-process
@@ -958,6 +961,8 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         if exc.status == 404 and parsed.command[0] == "output" and not target.explicit:
             return None  # the session is gone: its artifacts are still on this host, read in-process
         return out.fail(str(exc), exc.code)
+    except NotYours as exc:
+        return out.fail(str(exc), shapes.EXIT_USAGE)
     except Unreachable as exc:
         return out.fail(str(exc), shapes.EXIT_FAILURE)
     except KeyboardInterrupt:
