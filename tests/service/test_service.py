@@ -847,3 +847,42 @@ def test_deeply_nested_json_is_a_400_on_every_json_endpoint_and_the_service_goes
         assert "service.max_json_depth" in answer.json()["error"]["message"]
     with shared_service.client() as client:
         assert client.exec(session, "echo alive").stdout == b"alive\n"
+
+
+def test_another_tokens_session_and_a_missing_one_get_the_same_404_on_every_route(
+    shared_service: ServiceProcess,
+) -> None:
+    """On every route that takes a session, another token's session (by id or by name) and one that does not exist
+    get byte-identical 404 answers but for the identifier: nothing tells which exist."""
+    assert shared_service.url is not None
+    name = new_name()
+    with shared_service.tcp_client(TOKEN_A) as client:
+        theirs = client.create_session(name=name).id
+        ran = client.exec(theirs, "echo hi")
+        artifact = ran.artifact_id or "a-000000000000"
+    calls = [
+        ("GET", "", None),
+        ("DELETE", "", None),
+        ("POST", "/exec", {"command": "true"}),
+        ("POST", "/write", {"path": "x", "content": "eA=="}),
+        ("GET", "/files?path=.", None),
+        ("GET", f"/artifacts/{artifact}", None),
+        ("GET", f"/artifacts/{artifact}/search?pattern=hi", None),
+        ("GET", "/tasks", None),
+        ("POST", "/tasks", {"command": "true"}),
+        ("GET", "/tasks/t-000000000000", None),
+        ("DELETE", "/tasks/t-000000000000", None),
+    ]
+    headers = {"authorization": f"Bearer {TOKEN_B}"}
+    with httpx2.Client(base_url=shared_service.url, timeout=60, headers=headers) as raw:
+        for method, tail, body in calls:
+            answers = {}
+            for ident in (theirs, "s-000000000000", name, "svct-missing0"):
+                answer = raw.request(method, f"/v1/sessions/{ident}{tail}", json=body)
+                answers[ident] = (answer.status_code, answer.text.replace(ident, "IDENT"))
+            assert len(set(answers.values())) == 1, (method, tail, answers)
+            status, text = answers[theirs]
+            assert status == 404 and json.loads(text)["error"]["type"] == "SessionNotFound", (method, tail, text)
+    with shared_service.tcp_client(TOKEN_A) as client:
+        assert client.exec(theirs, "echo still").stdout == b"still\n"  # B's calls touched nothing
+        client.stop_session(theirs)
