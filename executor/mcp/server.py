@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import hypercorn.config
 import hypercorn.trio
@@ -112,12 +112,15 @@ from executor.session.presentation import results_read_by
 
 __all__ = [
     "APPROVAL_SCHEMA",
+    "MAX_HEAD_BYTES",
     "McpSurface",
     "McpTransport",
+    "head_bytes",
     "message_limit",
     "no_tokens_error",
     "open_surface",
     "owner_for_token",
+    "refuse_long_head",
     "serve_http",
     "serve_http_app",
     "serve_stdio",
@@ -553,6 +556,36 @@ async def open_surface(
             pool.close_all()
 
 
+MAX_HEAD_BYTES: Final = 64 * 1024
+"""Longest request line plus headers an HTTP listener takes (431 past it). h11's own bound (hypercorn's
+``h11_max_incomplete_size``) only applies while the head is still arriving, so a head that arrives whole in one read
+could be twice as long; this is counted on what the server parsed."""
+
+
+def head_bytes(scope: Any) -> int:
+    """The size of a request's line and headers as sent (``METHOD target HTTP/x.y`` and ``name: value`` lines)."""
+    size = len(scope.get("method", "")) + len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+    return size + 16 + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+
+
+async def refuse_long_head(scope: Any, send: Any) -> bool:
+    """Answer 431 (JSON) when the request's head is longer than :data:`MAX_HEAD_BYTES`; True when it did."""
+    if scope.get("type") != "http" or head_bytes(scope) <= MAX_HEAD_BYTES:
+        return False
+    payload = json.dumps(
+        {
+            "error": {
+                "type": "RequestHeaderFieldsTooLarge",
+                "message": f"the request line and headers are longer than {MAX_HEAD_BYTES} bytes; send less",
+            }
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": 431, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+    return True
+
+
 class _BoundedBodies:
     """ASGI middleware: a POST body longer than ``max_bytes`` or nested deeper than ``max_depth`` is answered with a
     JSON-RPC parse error (413 or 400) before the SDK holds it whole (it reads bodies without a limit) or parses it;
@@ -564,6 +597,8 @@ class _BoundedBodies:
         self._max_depth = max_depth
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if await refuse_long_head(scope, send):
+            return
         if scope.get("type") != "http" or scope.get("method") != "POST":
             await self._app(scope, receive, send)
             return

@@ -58,7 +58,7 @@ from executor.errors import (
     public_name,
 )
 from executor.ids import is_session_id
-from executor.mcp.server import owner_for_token
+from executor.mcp.server import owner_for_token, refuse_long_head
 from executor.models import StdinFile
 from executor.nesting import NestingTooDeep, check_json_depth
 from executor.sandbox.agent.client import on_run_started
@@ -962,6 +962,8 @@ class _Auth:
                 await self._mcp(scope, receive, send)
             else:
                 await self._app(scope, receive, send)
+            return
+        if await refuse_long_head(scope, send):
             return
         path: str = scope.get("path", "")
         if self._mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
