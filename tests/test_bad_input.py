@@ -526,3 +526,16 @@ def test_mcp_stdio_answers_a_line_nested_200000_deep_or_endless_and_keeps_servin
             server.proc.stdout.close()
     assert code == 0, stderr
     assert "Traceback" not in stderr and "RecursionError" not in stderr
+
+
+def test_cli_a_cwd_out_of_the_workspace_exits_2_like_every_bad_flag(base_image: str, home: Path) -> None:
+    """`--cwd ../../..` (and an absolute path into the workspace that climbs out) is bad input: exit 2, one line,
+    before anything runs; under --json the same code."""
+    for escaping in ("../../..", "/workspace/../etc"):
+        line = _one_error_line(cli(home, "exec", "--cwd", escaping, "--", "pwd"), 2)
+        assert "leads out of the workspace" in line, line
+        assert (
+            "leads out of the workspace"
+            in _json_error(cli(home, "--json", "exec", "--cwd", escaping, "--", "pwd"), 2)["error"]
+        )
+    assert _containers_of(home) == []

@@ -183,6 +183,11 @@ def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServicePr
             client.start_task(session, "true", cwd="/" + "d" * 3_000_000)
         with pytest.raises(PathRejected, match=r"contains a NUL"):
             client.download_tar(session, "a\0b")
+        for escaping in ("../../..", "/workspace/../etc"):
+            with pytest.raises(CommandRejected, match=r"leads out of the workspace"):
+                client.exec(session, "pwd", cwd=escaping)
+            with pytest.raises(CommandRejected, match=r"leads out of the workspace"):
+                client.start_task(session, "pwd", cwd=escaping)
         assert client.exec(session, "pwd", cwd="/tmp").stdout == b"/tmp\n"
     with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket))) as raw:
         answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true", "cwd": "/nonexistent"})
