@@ -34,6 +34,7 @@ from executor.durations import parse_idle_limit
 from executor.environ import is_setting
 from executor.errors import ConfigError
 from executor.ids import is_image_ref
+from executor.nesting import DEFAULT_MAX_DEPTH, NestingTooDeep, check_toml_depth, loads_json
 
 __all__ = [
     "DEFAULT_DOCKER_HOST",
@@ -113,7 +114,11 @@ def parse_toml(raw: bytes, *, path: Path) -> dict[str, Any]:
         ConfigError: not UTF-8, not TOML, or nested too deeply to parse; the message names the file.
     """
     try:
+        # Measured before tomllib recurses into it (executor/nesting.py): a deep file is refused, not a stack overflow.
+        check_toml_depth(raw)
         return tomllib.loads(raw.decode("utf-8"))
+    except NestingTooDeep as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except RecursionError:
@@ -262,7 +267,7 @@ def docker_endpoint(environ: Mapping[str, str]) -> str:
     if not name:
         origin = f"currentContext in {folder / 'config.json'}"
         try:
-            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+            config = loads_json((folder / "config.json").read_text(encoding="utf-8"), max_depth=DEFAULT_MAX_DEPTH)
         except FileNotFoundError:
             return DEFAULT_DOCKER_HOST
         except (OSError, ValueError) as exc:
@@ -273,7 +278,7 @@ def docker_endpoint(environ: Mapping[str, str]) -> str:
     context_id = hashlib.sha256(name.encode("utf-8")).hexdigest()
     meta = folder / "contexts" / "meta" / context_id / "meta.json"
     try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
+        data = loads_json(meta.read_text(encoding="utf-8"), max_depth=DEFAULT_MAX_DEPTH)
         endpoint = data["Endpoints"]["docker"]
         url = str(endpoint["Host"])
     except FileNotFoundError:
@@ -642,6 +647,10 @@ class ServiceSettings(_Section):
     base64 in a JSON body does not count against it (a JSON body may hold that base64 plus six times
     `bash.max_command_bytes` plus 1 MiB). More is refused with 413, from the declared length before the body is
     read when it is that far over."""
+    max_json_depth: int = Field(DEFAULT_MAX_DEPTH, ge=2, le=500)
+    """Deepest nesting of arrays and objects a JSON message may have, on the HTTP API's bodies and on MCP (each
+    stdio line, each HTTP body); deeper is refused (400, or a JSON-RPC error) before it is parsed, and the server
+    goes on serving."""
     stream_buffer_bytes: Bytes = Field(4 * _MIB, ge=4096, le=1024 * _MIB)
     """Per-stream memory of a live exec stream for a client that reads slower than the command writes; past it the
     bytes wait on disk (``stream_spool_bytes``)."""
@@ -1058,8 +1067,10 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
         value: Any = raw
         if raw[:1] in "[{":
             try:
-                value = json.loads(raw)
-            except json.JSONDecodeError:
+                value = loads_json(raw, max_depth=DEFAULT_MAX_DEPTH)
+            except NestingTooDeep as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+            except ValueError:
                 value = raw
         node = layer
         for part in path[:-1]:

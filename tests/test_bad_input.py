@@ -90,12 +90,21 @@ def _assert_journals_parse(home: Path) -> None:
 
 @pytest.fixture
 def toml_files(tmp_path: Path) -> dict[str, Path]:
-    """Settings files that once crashed the loader: 100,000 nested arrays, and a symlink to /dev/zero."""
-    deep = tmp_path / "deep.toml"
-    deep.write_text("a = " + "[" * 100_000 + "\n")
+    """Settings files that once crashed or hung the loader: 100,000 nested arrays, inline tables, dotted keys (tomllib
+    took minutes) or a dotted table header, and a symlink to /dev/zero."""
+    made = {
+        "deep": "a = " + "[" * 100_000 + "\n",
+        "inline": "a = " + "{b = " * 100_000 + "1" + "}" * 100_000 + "\n",
+        "dotted": "a" + ".a" * 100_000 + " = 1\n",
+        "header": "[a" + ".a" * 100_000 + "]\nx = 1\n",
+    }
+    files = {}
+    for name, text in made.items():
+        files[name] = tmp_path / f"{name}.toml"
+        files[name].write_text(text)
     zero = tmp_path / "zero.toml"
     zero.symlink_to("/dev/zero")
-    return {"deep": deep, "zero": zero}
+    return {**files, "zero": zero}
 
 
 # --- the CLI, no session needed ------------------------------------------------------------------------------
@@ -108,6 +117,9 @@ def test_cli_bad_settings_files_exit_2_with_one_line(home: Path, toml_files: dic
     zero = _one_error_line(cli(home, "--config", str(toml_files["zero"]), "config", "show"), 2)
     assert "not a regular file" in zero
     assert "nested too deeply" in _one_error_line(cli(home, "config", "check", str(toml_files["deep"])), 2)
+    for name in ("inline", "dotted", "header"):
+        path = str(toml_files[name])
+        assert "nested too deeply" in _one_error_line(cli(home, "--config", path, "config", "show"), 2)
     _json_error(cli(home, "--json", "--config", str(toml_files["zero"]), "exec", "--", "true"), 2)
 
 
@@ -372,8 +384,8 @@ def test_api_raises_the_executors_own_errors(
 class _Stdio:
     """``executor mcp --transport stdio`` as a subprocess, spoken to line by line."""
 
-    def __init__(self, home: Path) -> None:
-        env = {**os.environ, "EXECUTOR_HOME": str(home)}
+    def __init__(self, home: Path, **settings: str) -> None:
+        env = {**os.environ, "EXECUTOR_HOME": str(home), **settings}
         env.pop("EXECUTOR_CONFIG", None)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "executor.cli", "mcp", "--transport", "stdio"],
@@ -470,3 +482,60 @@ def test_mcp_stdio_answers_invalid_messages(base_image: str, home: Path) -> None
     assert "Traceback" not in stderr
     assert _containers_of(home) == []
     _assert_journals_parse(home)
+
+
+def test_mcp_stdio_answers_a_line_nested_200000_deep_or_endless_and_keeps_serving(base_image: str, home: Path) -> None:
+    """A line nested 200,000 levels deep, or just past service.max_json_depth, and a line longer than a message may
+    be each get a -32700 error naming the bound, without the parser recursing or the line being held whole; the
+    next request is answered."""
+    server = _Stdio(home, EXECUTOR_WRITE__MAX_BYTES="1k", EXECUTOR_BASH__MAX_COMMAND_BYTES="1024")
+    try:
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        )
+        assert "result" in server.receive()
+        server.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for depth in (200_000, 63):
+            server.send('{"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"x": ' + "[" * depth)
+            refused = server.receive()
+            assert (refused["id"], refused["error"]["code"]) == (None, -32700), refused
+            assert f"nested {depth + 2} levels deep; at most 64 (service.max_json_depth)" in refused["error"]["message"]
+        server.send("[" * (3 * 1024 * 1024))  # past 4/3 of write.max_bytes + 6 x bash.max_command_bytes + 1 MiB
+        endless = server.receive()
+        assert endless["error"]["code"] == -32700 and "longer than" in endless["error"]["message"], endless
+        server.send({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+        listed = server.receive()
+        assert listed["id"] == 3 and "bash" in json.dumps(listed["result"])
+    finally:
+        assert server.proc.stdin is not None
+        server.proc.stdin.close()
+        code = server.proc.wait(timeout=120)
+        assert server.proc.stderr is not None
+        stderr = server.proc.stderr.read().decode("utf-8", "replace")
+        server.proc.stderr.close()
+        if server.proc.stdout is not None:
+            server.proc.stdout.close()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "RecursionError" not in stderr
+
+
+def test_cli_a_cwd_out_of_the_workspace_exits_2_like_every_bad_flag(base_image: str, home: Path) -> None:
+    """`--cwd ../../..` (and an absolute path into the workspace that climbs out) is bad input: exit 2, one line,
+    before anything runs; under --json the same code."""
+    for escaping in ("../../..", "/workspace/../etc"):
+        line = _one_error_line(cli(home, "exec", "--cwd", escaping, "--", "pwd"), 2)
+        assert "leads out of the workspace" in line, line
+        assert (
+            "leads out of the workspace"
+            in _json_error(cli(home, "--json", "exec", "--cwd", escaping, "--", "pwd"), 2)["error"]
+        )
+    assert _containers_of(home) == []

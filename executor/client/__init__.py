@@ -47,6 +47,7 @@ from executor.client._decode import ExecEvents, FrameError, LineDecoder
 from executor.errors import ExecutorError, PathRejected, ServiceUnavailable
 from executor.httpio import ClosingTransport
 from executor.models import ToolResult
+from executor.ownership import socket_refusal
 from executor.service.wire import (
     EXEC_FRAMES,
     ApprovalAnswer,
@@ -303,6 +304,10 @@ def _check_socket(uds: str | None, where: str) -> None:
     # Said before httpx2 tries: its unix-socket connect leaves the socket object unclosed when the path is missing.
     if uds is not None and not Path(uds).exists():
         raise ServiceUnavailable(f"no executor service answers at {where}: start one with `executor serve`")
+    # A request carries the command's text: never to a socket another user may have put there.
+    refused = socket_refusal(uds) if uds is not None else None
+    if refused is not None:
+        raise _errors.ConfigError(refused)
 
 
 _Decoder = ExecEvents | LineDecoder

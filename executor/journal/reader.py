@@ -37,7 +37,6 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -47,6 +46,7 @@ from executor.config import JournalSettings
 from executor.errors import JournalCorrupt, JournalError
 from executor.journal.chain import GENESIS, JournalKey, head_path, split_chain
 from executor.journal.events import SCHEMA_VERSION, EventType, JournalEvent, JudgmentEvent, event_adapter
+from executor.nesting import json_depth
 
 __all__ = [
     "IssueCode",
@@ -101,8 +101,6 @@ _ENVELOPE = ("v", "seq", "ts", "session_id", "event_id", "type")
 _EVENT_TYPES: frozenset[str] = frozenset(EventType.__args__)  # type: ignore[attr-defined]  # Literal's members
 _SKIP_CHUNK = 64 * 1024
 # A JSON string, written as an unrolled loop so that the match is linear and never backtracks.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _BOM = b"\xef\xbb\xbf"
 _UNSIGNED = "carries no MAC: this home's executor did not write it (inserted?)"
 _BLANK = "is blank"
@@ -170,12 +168,9 @@ class _LineRefused(Exception):
 
 
 def _depth_exceeds(raw: bytes, max_depth: int) -> bool:
-    # Brackets inside strings do not nest; drop strings first, then keep only the brackets.
-    brackets = _JSON_STRING.sub(b'""', raw).translate(None, _NOT_BRACKET)
-    if len(brackets) <= max_depth:
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:
         return False
-    depth = max(accumulate(1 if byte in b"[{" else -1 for byte in brackets), default=0)
-    return depth > max_depth
+    return json_depth(raw) > max_depth
 
 
 def _reject_constant(name: str) -> Any:

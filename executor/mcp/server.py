@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import hypercorn.config
 import hypercorn.trio
@@ -38,6 +39,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import (
+    PARSE_ERROR,
     CallToolResult,
     InputRequiredResult,
     TextContent,
@@ -47,7 +49,7 @@ from mcp_types.version import is_version_at_least
 from pydantic import Field
 from starlette.requests import Request
 
-from executor.config import Settings
+from executor.config import BashSettings, Settings, WriteSettings
 from executor.errors import (
     ArtifactNotFound,
     ExecutorError,
@@ -104,16 +106,21 @@ from executor.mcp.results import (
     task_result,
     tool_result,
 )
+from executor.nesting import DEFAULT_MAX_DEPTH, NestingTooDeep, check_json_depth
 from executor.session import ExecutorAPI, SessionAPI, ToolResult, open_executor
 from executor.session.presentation import results_read_by
 
 __all__ = [
     "APPROVAL_SCHEMA",
+    "MAX_HEAD_BYTES",
     "McpSurface",
     "McpTransport",
+    "head_bytes",
+    "message_limit",
     "no_tokens_error",
     "open_surface",
     "owner_for_token",
+    "refuse_long_head",
     "serve_http",
     "serve_http_app",
     "serve_stdio",
@@ -193,9 +200,15 @@ class McpSurface:
         )
         self._register()
 
-    def http_app(self) -> Any:
-        """The streamable-HTTP ASGI app (bearer auth in front of every MCP route)."""
-        return self.server.streamable_http_app(host=self._host)
+    def http_app(self, *, max_depth: int = DEFAULT_MAX_DEPTH, max_bytes: int | None = None) -> Any:
+        """The streamable-HTTP ASGI app (bearer auth in front of every MCP route), its bodies bounded before the SDK
+        reads or parses them: nesting by ``max_depth`` (``service.max_json_depth``), size by ``max_bytes`` (None:
+        what the default settings allow a message, :func:`message_limit`)."""
+        return _BoundedBodies(
+            self.server.streamable_http_app(host=self._host),
+            max_bytes=max_bytes if max_bytes is not None else _message_bytes(WriteSettings(), BashSettings()),
+            max_depth=max_depth,
+        )
 
     # -- identity and sessions ------------------------------------------------------------------------------
 
@@ -543,6 +556,97 @@ async def open_surface(
             pool.close_all()
 
 
+MAX_HEAD_BYTES: Final = 64 * 1024
+"""Longest request line plus headers an HTTP listener takes (431 past it). h11's own bound (hypercorn's
+``h11_max_incomplete_size``) only applies while the head is still arriving, so a head that arrives whole in one read
+could be twice as long; this is counted on what the server parsed."""
+
+
+def head_bytes(scope: Any) -> int:
+    """The size of a request's line and headers as sent (``METHOD target HTTP/x.y`` and ``name: value`` lines)."""
+    size = len(scope.get("method", "")) + len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+    return size + 16 + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+
+
+async def refuse_long_head(scope: Any, send: Any) -> bool:
+    """Answer 431 (JSON) when the request's head is longer than :data:`MAX_HEAD_BYTES`; True when it did."""
+    if scope.get("type") != "http" or head_bytes(scope) <= MAX_HEAD_BYTES:
+        return False
+    payload = json.dumps(
+        {
+            "error": {
+                "type": "RequestHeaderFieldsTooLarge",
+                "message": f"the request line and headers are longer than {MAX_HEAD_BYTES} bytes; send less",
+            }
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": 431, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+    return True
+
+
+class _BoundedBodies:
+    """ASGI middleware: a POST body longer than ``max_bytes`` or nested deeper than ``max_depth`` is answered with a
+    JSON-RPC parse error (413 or 400) before the SDK holds it whole (it reads bodies without a limit) or parses it;
+    any other body is handed on unchanged."""
+
+    def __init__(self, app: Any, *, max_bytes: int, max_depth: int) -> None:
+        self._app = app
+        self._max_bytes = max_bytes
+        self._max_depth = max_depth
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if await refuse_long_head(scope, send):
+            return
+        if scope.get("type") != "http" or scope.get("method") != "POST":
+            await self._app(scope, receive, send)
+            return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            if len(body) > self._max_bytes:
+                await _json_rpc_refusal(send, 413, f"Parse error: the body is longer than {self._max_bytes} bytes")
+                return
+        try:
+            check_json_depth(bytes(body), max_depth=self._max_depth, setting="service.max_json_depth")
+        except NestingTooDeep as exc:
+            await _json_rpc_refusal(send, 400, f"Parse error: {exc}")
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self._app(scope, replay, send)
+
+
+async def _json_rpc_refusal(send: Any, status: int, message: str) -> None:
+    payload = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def message_limit(settings: Settings) -> int:
+    """Longest MCP message (a stdio line, an HTTP body): a write's content as base64 (``write.max_bytes``) beside a
+    command at its most escaped (six characters a byte), plus room for the JSON-RPC envelope."""
+    return _message_bytes(settings.write, settings.bash)
+
+
+def _message_bytes(write: WriteSettings, bash: BashSettings) -> int:
+    return 4 * -(-write.max_bytes // 3) + 6 * bash.max_command_bytes + 1024 * 1024
+
+
 async def serve_stdio(settings: Settings, *, session_name: str | None = None, api_key: str | None = None) -> None:
     """Serve one client over stdin/stdout until stdin closes (EOF), then close its session.
 
@@ -558,7 +662,10 @@ async def serve_stdio(settings: Settings, *, session_name: str | None = None, ap
     async with (
         open_executor(settings, api_key=api_key, surface="mcp") as executor,
         open_surface(executor, transport="stdio", session_name=session_name) as surface,
-        guarded_stdio() as (stdin, stdout),
+        guarded_stdio(max_depth=settings.service.max_json_depth, max_line_chars=message_limit(settings)) as (
+            stdin,
+            stdout,
+        ),
         stdio_server(stdin, stdout) as (read_stream, write_stream),
     ):
         # MCPServer.run_stdio_async, on streams that answer invalid messages (executor/mcp/stdio.py).
@@ -607,4 +714,9 @@ async def serve_http(
             host=settings.mcp.host,
         ) as surface,
     ):
-        await serve_http_app(surface.http_app(), settings.mcp.host, settings.mcp.port, task_status=task_status)
+        await serve_http_app(
+            surface.http_app(max_depth=settings.service.max_json_depth, max_bytes=message_limit(settings)),
+            settings.mcp.host,
+            settings.mcp.port,
+            task_status=task_status,
+        )

@@ -6,6 +6,8 @@ checked first, the way the SDK checks it; a line that fails gets the JSON-RPC er
 (``-32700`` for text that is not JSON, ``-32602`` for a request whose ``params`` is not an object, ``-32600`` for
 any other request that is not valid, with the request's id when it has one) and never reaches the server.
 Notifications and stray responses that do not validate are dropped, as JSON-RPC says (nobody waits for a reply).
+A line nested deeper than ``service.max_json_depth`` or longer than its byte limit is answered ``-32700`` before
+any parser recurses into it or holds it whole (executor/nesting.py), and the server reads the next line.
 
 Like the SDK's transport, this one claims the process's standard streams while it serves: the wire moves to
 private descriptors, file descriptor 0 reads the null device and 1 writes to stderr, so a handler's or a child's
@@ -26,16 +28,22 @@ from typing import Any, Final
 import anyio
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, jsonrpc_message_adapter
 
+from executor.nesting import DEFAULT_MAX_DEPTH, NestingTooDeep, check_json_depth, loads_json
+
 __all__ = ["guarded_stdio", "reply_to_invalid"]
 
 _SHAPE: Final = 'a request is {"jsonrpc": "2.0", "id": string or number, "method": string, "params": object}'
 
 
-def reply_to_invalid(line: str) -> str | None:
+def reply_to_invalid(line: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> str | None:
     """What to answer instead of passing ``line`` on: None for a valid message, ``""`` to drop it silently, else
     one JSON-RPC error response (without the newline)."""
     if not line.strip():
         return ""
+    try:
+        check_json_depth(line, max_depth=max_depth, setting="service.max_json_depth")
+    except NestingTooDeep as exc:
+        return _error(None, PARSE_ERROR, f"Parse error: {exc}")
     try:
         jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:
@@ -43,7 +51,7 @@ def reply_to_invalid(line: str) -> str | None:
     else:
         return None
     try:
-        data: Any = json.loads(line)
+        data: Any = loads_json(line, max_depth=max_depth)
     except ValueError:
         return _error(None, PARSE_ERROR, "Parse error: the line is not JSON; send one JSON-RPC message per line")
     if not isinstance(data, dict) or "method" not in data:
@@ -104,16 +112,32 @@ class _Wire:
 class _GuardedLines:
     """The incoming side: lines from a private duplicate of stdin; invalid messages are answered, not passed on."""
 
-    def __init__(self, fd: int, wire: _Wire) -> None:
+    def __init__(self, fd: int, wire: _Wire, *, max_depth: int, max_line_chars: int) -> None:
         self._file = io.TextIOWrapper(os.fdopen(fd, "rb", closefd=False), encoding="utf-8", errors="replace")
         self._wire = wire
+        self._max_depth = max_depth
+        self._max_line_chars = max_line_chars
+
+    def _skip_rest_of_line(self) -> bool:
+        """Read and drop what is left of an overlong line; False when the input ended first."""
+        while part := self._file.readline(self._max_line_chars):
+            if part.endswith("\n"):
+                return True
+        return False
 
     def readline(self) -> str:
         while True:
-            line = self._file.readline()
+            # Never more than the limit in memory: an endless line is read in pieces and dropped.
+            line = self._file.readline(self._max_line_chars + 1)
             if not line:
                 return ""
-            reply = reply_to_invalid(line)
+            if len(line) > self._max_line_chars and not line.endswith("\n"):
+                message = f"Parse error: the line is longer than {self._max_line_chars} characters; send less"
+                self._wire.write(_error(None, PARSE_ERROR, message) + "\n")
+                if not self._skip_rest_of_line():
+                    return ""
+                continue
+            reply = reply_to_invalid(line, max_depth=self._max_depth)
             if reply is None:
                 return line
             if reply:
@@ -121,8 +145,15 @@ class _GuardedLines:
 
 
 @asynccontextmanager
-async def guarded_stdio() -> AsyncIterator[tuple[anyio.AsyncFile[str], anyio.AsyncFile[str]]]:
-    """Claim stdin/stdout for the wire and yield them as the (stdin, stdout) files of the SDK's ``stdio_server``."""
+async def guarded_stdio(
+    *, max_depth: int, max_line_chars: int
+) -> AsyncIterator[tuple[anyio.AsyncFile[str], anyio.AsyncFile[str]]]:
+    """Claim stdin/stdout for the wire and yield them as the (stdin, stdout) files of the SDK's ``stdio_server``.
+
+    Args:
+        max_depth: deepest JSON nesting of a line (``service.max_json_depth``).
+        max_line_chars: longest line read; a longer one is answered with an error and dropped.
+    """
     wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
     wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -134,7 +165,7 @@ async def guarded_stdio() -> AsyncIterator[tuple[anyio.AsyncFile[str], anyio.Asy
     wire = _Wire(wire_out)
     try:
         yield (
-            anyio.wrap_file(_GuardedLines(wire_in, wire)),  # type: ignore[arg-type]  # only readline() is used
+            anyio.wrap_file(_GuardedLines(wire_in, wire, max_depth=max_depth, max_line_chars=max_line_chars)),  # type: ignore[arg-type]  # only readline() is used
             anyio.wrap_file(wire),  # type: ignore[arg-type]  # only write() and flush() are used
         )
     finally:

@@ -49,6 +49,7 @@ from executor.errors import (
     SandboxError,
     SessionNameTaken,
     SessionNotFound,
+    SessionNotRunning,
     SessionRejected,
     SessionStopped,
     SpawnFailed,
@@ -58,11 +59,12 @@ from executor.errors import (
     public_name,
 )
 from executor.ids import is_session_id
-from executor.mcp.server import owner_for_token
+from executor.mcp.server import owner_for_token, refuse_long_head
 from executor.models import StdinFile
+from executor.nesting import NestingTooDeep, check_json_depth
 from executor.sandbox.agent.client import on_run_started
 from executor.sandbox.base import SessionInfo
-from executor.service.core import Held, LiveStream, RawStreams, Service, owns
+from executor.service.core import Held, LiveStream, RawStreams, Service, owns, session_not_found_message
 from executor.service.files import Spool, spooled_body
 from executor.service.openapi import openapi_document
 from executor.service.wire import (
@@ -245,6 +247,11 @@ class _Api:
     async def parse(self, request: Request, model: type[M]) -> M:
         raw = await self.body(request, self.json_limit())
         try:
+            # Measured before any parser recurses into it (executor/nesting.py).
+            check_json_depth(raw, max_depth=self.svc.max_json_depth, setting="service.max_json_depth")
+        except NestingTooDeep as exc:
+            raise _HttpError(400, "ValidationError", f"the request body is refused: {exc}") from None
+        try:
             parsed = model.model_validate_json(raw or b"{}")
         except ValidationError as exc:
             raise _HttpError(422, "ValidationError", validation_message(exc)) from exc
@@ -341,7 +348,7 @@ class _Api:
         ident = request.path_params["session"]
         info = await self.service.executor.backend.find_session(ident)
         if not owns(info.owner, self.owner(request)):
-            raise SessionNotFound(f"no session {ident!r}; GET /v1/sessions lists yours")
+            raise SessionNotFound(session_not_found_message(ident))
         return _json(self.view(self.service.held.get(info.id), info))
 
     async def stop_session(self, request: Request) -> Response:
@@ -905,6 +912,11 @@ def _guarded(
             return _json(exc.result, status=409)
         except ExecutorError as exc:
             await _drain(request, drain_limit())
+            ident = request.path_params.get("session")
+            if isinstance(exc, SessionNotFound) and not isinstance(exc, SessionNotRunning) and ident is not None:
+                # One text for a session that does not exist and one that is another owner's, whichever layer
+                # found it missing: a 404 must not tell a caller which ids and names exist.
+                return _error(404, "SessionNotFound", session_not_found_message(ident))
             return _error(_status_of(exc), public_name(exc), str(exc))
         except ClientDisconnect:
             # The client went away mid-request: nobody to answer, and an answer would race the server's own.
@@ -958,6 +970,8 @@ class _Auth:
                 await self._mcp(scope, receive, send)
             else:
                 await self._app(scope, receive, send)
+            return
+        if await refuse_long_head(scope, send):
             return
         path: str = scope.get("path", "")
         if self._mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):

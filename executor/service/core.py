@@ -52,7 +52,16 @@ from executor.service.wire import (
 from executor.session import Executor, Session
 from executor.session.pool import PoolStats
 
-__all__ = ["Held", "LiveStream", "Metrics", "RawStreams", "Service", "open_service"]
+__all__ = [
+    "Held",
+    "LiveStream",
+    "Metrics",
+    "RawStreams",
+    "Service",
+    "open_service",
+    "owns",
+    "session_not_found_message",
+]
 
 logger = logging.getLogger("executor.service")
 
@@ -910,7 +919,12 @@ class Service:
 
 
 def _not_found(id_or_name: str) -> SessionNotFound:
-    return SessionNotFound(f"no session {id_or_name!r}; GET /v1/sessions lists yours")
+    return SessionNotFound(session_not_found_message(id_or_name))
+
+
+def session_not_found_message(id_or_name: str) -> str:
+    """The one text of a 404 for a session: the same whether it does not exist or is another owner's."""
+    return f"no session {id_or_name!r}; GET /v1/sessions lists yours"
 
 
 @asynccontextmanager

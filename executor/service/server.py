@@ -72,12 +72,12 @@ async def _mcp_app(executor: Any, settings: Settings) -> AsyncIterator[Any]:
         yield None
         return
     # Imported here: the MCP SDK is slow to import, and a service without tokens does not need it.
-    from executor.mcp.server import open_surface
+    from executor.mcp.server import message_limit, open_surface
 
     async with open_surface(
         executor, transport="http", tokens=settings.service.tokens, host=settings.service.host
     ) as surface:
-        yield surface.http_app()
+        yield surface.http_app(max_depth=settings.service.max_json_depth, max_bytes=message_limit(settings))
 
 
 async def serve(

@@ -9,7 +9,6 @@ artifact once it has ended.
 
 from __future__ import annotations
 
-import json
 from contextlib import suppress
 from pathlib import Path
 from typing import Final, Literal
@@ -30,6 +29,7 @@ from executor.focus.sanitize import escaped
 from executor.journal import JournalWriter
 from executor.journal.events import ExecutionFinished, ExecutionStarted
 from executor.models import RunResult, RunSpec
+from executor.nesting import DEFAULT_MAX_DEPTH, loads_json
 from executor.sandbox.agent.client import AgentClient
 from executor.session.api import TaskBytes, TaskInfo, ToolResult
 from executor.session.gating import owner_matches
@@ -73,7 +73,7 @@ class BackgroundTasks:
     def _import_legacy(self, path: Path) -> None:
         """Move records an earlier version kept in ``tasks.json`` into the index (once; the file is removed)."""
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = loads_json(path.read_text(encoding="utf-8"), max_depth=DEFAULT_MAX_DEPTH)
         except FileNotFoundError:
             return
         except (OSError, ValueError):

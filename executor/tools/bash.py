@@ -9,6 +9,7 @@ This module decides nothing about permission (the gate does) and stores nothing 
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from typing import Final
 
@@ -39,7 +40,8 @@ def resolve_cwd(cwd: str | None, profile: Profile) -> str:
     """The absolute working directory of a call: the workspace by default, relative paths inside it.
 
     Raises:
-        CommandRejected: the cwd has a NUL or newline, or is not valid UTF-8.
+        CommandRejected: the cwd has a NUL or newline, is not valid UTF-8, is longer than a path, or leads out of the
+            workspace (a relative path, or an absolute one into the workspace, that normalises outside it).
     """
     if cwd is None or cwd == "":
         return profile.workspace
@@ -48,9 +50,20 @@ def resolve_cwd(cwd: str | None, profile: Profile) -> str:
     check_utf8(cwd, "cwd")
     if len(cwd.encode("utf-8", "surrogateescape")) >= _PATH_MAX:
         raise CommandRejected(f"cwd is longer than a path can be ({_PATH_MAX - 1} bytes); pass a shorter path")
-    if cwd.startswith("/"):
-        return cwd
-    return f"{profile.workspace}/{cwd}"
+    workspace = profile.workspace.rstrip("/") or "/"
+    joined = cwd if cwd.startswith("/") else f"{workspace}/{cwd}"
+    if _inside(joined, workspace) and not _inside(posixpath.normpath(joined), workspace):
+        # A relative cwd (or an absolute one into the workspace) whose ``..`` climbs out of it: a path meant to be
+        # inside the workspace that is not is bad input, not a directory to start in.
+        raise CommandRejected(
+            f"cwd {cwd!r} leads out of the workspace (to {posixpath.normpath(joined)}); pass a directory inside "
+            f"the workspace ({workspace}), or an absolute path without '..'"
+        )
+    return joined
+
+
+def _inside(path: str, folder: str) -> bool:
+    return folder == "/" or path == folder or path.startswith(folder + "/")
 
 
 def cwd_rejection(error: Exception, cwd: str) -> CommandRejected | None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import difflib
 import errno
 import hashlib
-import json
 import secrets
 import shlex
 from typing import Any, Final, Literal, NoReturn, Protocol
@@ -52,6 +51,7 @@ from executor.errors import (
     WriteFailed,
 )
 from executor.models import CaptureSink, FileState, RunResult, RunSpec, StreamName
+from executor.nesting import DEFAULT_MAX_DEPTH, loads_json
 from executor.tools.paths import resolve_write_path
 
 __all__ = ["AGENT_PATH", "AgentRunner", "PreparedWrite", "WriteResult", "WriteTool", "render_diff"]
@@ -592,8 +592,9 @@ class WriteTool:
             raise AgentProtocolError(f"the agent's answer to the {phase} of {path} exceeded {cap} bytes")
         header, _, tail = bytes(sink.data["stdout"]).partition(b"\n")
         try:
-            out = json.loads(header.decode("utf-8", errors="replace"))
-        except json.JSONDecodeError:
+            # The agent's answer comes from inside the sandbox: measured before the parser recurses into it.
+            out = loads_json(header.decode("utf-8", errors="replace"), max_depth=DEFAULT_MAX_DEPTH)
+        except ValueError:
             out = None
         if not isinstance(out, dict):
             said = bytes(sink.data["stderr"][:300]).decode("utf-8", errors="replace").strip() or header[:200]

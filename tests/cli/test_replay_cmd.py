@@ -379,3 +379,33 @@ def test_max_file_bytes_default_and_bounds() -> None:
     assert JournalSettings().max_file_bytes == 1024**3
     with pytest.raises(ConfigError, match=r"journal.max_file_bytes: .*greater than or equal"):
         load_settings(overrides={"journal": {"max_file_bytes": 1000}})
+
+
+def test_a_line_nested_200000_deep_is_refused_by_number_and_the_rest_replays(tmp_path: Path, home: Path) -> None:
+    """A journal line nested 200,000 levels deep among valid ones is listed as refused (too_deep) by its line number;
+    the valid records still replay."""
+    journal = _write_journal(tmp_path / "journal.ndjson")
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:3]) + b'{"v": 1, "x": ' + b"[" * 200_000 + b"\n" + b"".join(lines[3:]))
+    result = _invoke(["--json", "replay", str(journal)], home)
+    data = json.loads(result.stdout)
+    assert data["journal_errors"] is True, data
+    assert [(e["line"], e["code"]) for e in data["errors"]] == [(4, "too_deep")]
+    assert "nests deeper than journal.max_depth (32)" in data["errors"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a = " + "[" * 100_000, "a" + ".a" * 100_000 + " = 1", "[rules" + ".a" * 100_000 + "]"],
+    ids=["arrays", "dotted-keys", "header"],
+)
+def test_a_policy_file_nested_100000_deep_exits_2_naming_it(tmp_path: Path, home: Path, text: str) -> None:
+    """replay --policy with a policy file nested 100,000 deep (arrays, dotted keys, a table header) exits 2 with
+    one error naming the file, quickly (tomllib never sees it)."""
+    journal = _write_journal(tmp_path / "journal.ndjson")
+    policy = tmp_path / "deep.toml"
+    policy.write_text(text + "\n")
+    result = _invoke(["--json", "replay", str(journal), "--policy", str(policy)], home)
+    assert result.exit_code == 2
+    data = json.loads(result.stdout)
+    assert data["outcome"] == "error" and str(policy) in data["error"] and "nested too deeply" in data["error"]

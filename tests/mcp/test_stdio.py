@@ -51,3 +51,23 @@ def test_invalid_notifications_responses_and_blank_lines_are_dropped() -> None:
     assert reply_to_invalid('{"jsonrpc": "2.0", "method": "notifications/x", "params": "s"}') == ""
     assert reply_to_invalid('{"jsonrpc": "2.0", "id": 1, "result": 3, "error": 4}') == ""
     assert reply_to_invalid("   \n") == ""
+
+
+def test_nesting_past_max_json_depth_is_a_parse_error_before_any_parser() -> None:
+    """service.max_json_depth bounds a line: at the limit a valid request passes; one level more (or 200,000) is a
+    -32700 naming the setting, whatever the line's shape."""
+    at_limit = '{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"a": [[1]]}}'
+    assert reply_to_invalid(at_limit, max_depth=4) is None
+    refused = reply_to_invalid(at_limit, max_depth=3)
+    assert refused is not None and json.loads(refused) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32700,
+            "message": "Parse error: JSON nested 4 levels deep; at most 3 (service.max_json_depth) are accepted",
+        },
+    }
+    assert _reply("[" * 200_000)["error"] == {
+        "code": -32700,
+        "message": "Parse error: JSON nested 200000 levels deep; at most 64 (service.max_json_depth) are accepted",
+    }

@@ -183,6 +183,11 @@ def test_what_does_not_exist_is_a_400_or_404_naming_it(shared_service: ServicePr
             client.start_task(session, "true", cwd="/" + "d" * 3_000_000)
         with pytest.raises(PathRejected, match=r"contains a NUL"):
             client.download_tar(session, "a\0b")
+        for escaping in ("../../..", "/workspace/../etc"):
+            with pytest.raises(CommandRejected, match=r"leads out of the workspace"):
+                client.exec(session, "pwd", cwd=escaping)
+            with pytest.raises(CommandRejected, match=r"leads out of the workspace"):
+                client.start_task(session, "pwd", cwd=escaping)
         assert client.exec(session, "pwd", cwd="/tmp").stdout == b"/tmp\n"
     with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket))) as raw:
         answer = raw.post(f"http://x/v1/sessions/{session}/exec", json={"command": "true", "cwd": "/nonexistent"})
@@ -786,7 +791,7 @@ def test_a_stopped_sessions_artifacts_are_still_only_its_owners(shared_service: 
 def test_http_contract_allow_on_405_and_a_gated_task_start_is_not_created(shared_service: ServiceProcess) -> None:
     """A 405 names every method its path takes in ``Allow``; a task start the gate stops (blocked) answers 200
     with its result, as exec and write do, and only a task that was made answers 201; headers past the server's
-    bound are a bare 431, as documented."""
+    bound are a 431."""
     with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket)), timeout=120) as raw:
         for method, path, allowed in (
             ("PATCH", "/v1/sessions", "GET, HEAD, POST"),
@@ -808,4 +813,103 @@ def test_http_contract_allow_on_405_and_a_gated_task_start_is_not_created(shared
         finally:
             raw.delete(f"http://x/v1/sessions/{session}")
         huge = raw.get("http://x/v1/health", headers={"x-padding": "a" * (128 * 1024)})
-        assert (huge.status_code, huge.content) == (431, b"")
+        assert huge.status_code == 431  # bare from h11, or JSON from the app: test_request_heads_past_64_kib_are_431
+
+
+def test_deeply_nested_json_is_a_400_on_every_json_endpoint_and_the_service_goes_on(
+    shared_service: ServiceProcess,
+) -> None:
+    """A JSON body nested 200,000 deep (or just past service.max_json_depth) is refused with a 400 naming the setting
+    on every route that parses one, MCP's included, before any parser recurses into it; the service still answers."""
+    assert shared_service.url is not None
+    with shared_service.client() as client:
+        session = client.create_session().id
+    deep = b'{"command": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    just_over = b'{"command": "true", "x": ' + b"[" * 64 + b"]" * 64 + b"}"  # 65 levels with the outer object
+    at_limit = b'{"command": "true", "x": ' + b"[" * 63 + b"]" * 63 + b"}"
+    routes = ["/v1/sessions", f"/v1/sessions/{session}/exec", f"/v1/sessions/{session}/write"]
+    routes += [f"/v1/sessions/{session}/tasks", "/v1/approvals/ap-000000000000"]
+    with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket)), timeout=60) as raw:
+        for route in routes:
+            for body in (deep, just_over):
+                answer = raw.post(f"http://x{route}", content=body, headers={"content-type": "application/json"})
+                assert answer.status_code == 400, (route, answer.text)
+                error = answer.json()["error"]
+                assert error["type"] == "ValidationError", error
+                assert re.fullmatch(
+                    r"the request body is refused: JSON nested \d+ levels deep; at most 64 \(service\.max_json_depth\)"
+                    r" are accepted",
+                    error["message"],
+                ), error
+        # At the limit the body is parsed as usual (here: a field the route does not take).
+        answer = raw.post(f"http://x/v1/sessions/{session}/exec", content=at_limit)
+        assert answer.status_code == 422, answer.text
+    headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN_A}"}
+    with httpx2.Client(base_url=shared_service.url, timeout=60) as mcp:
+        answer = mcp.post("/mcp", content=b"[" * 200_000, headers={**headers, "content-type": "application/json"})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["code"] == -32700
+        assert "service.max_json_depth" in answer.json()["error"]["message"]
+    with shared_service.client() as client:
+        assert client.exec(session, "echo alive").stdout == b"alive\n"
+
+
+def test_another_tokens_session_and_a_missing_one_get_the_same_404_on_every_route(
+    shared_service: ServiceProcess,
+) -> None:
+    """On every route that takes a session, another token's session (by id or by name) and one that does not exist
+    get byte-identical 404 answers but for the identifier: nothing tells which exist."""
+    assert shared_service.url is not None
+    name = new_name()
+    with shared_service.tcp_client(TOKEN_A) as client:
+        theirs = client.create_session(name=name).id
+        ran = client.exec(theirs, "echo hi")
+        artifact = ran.artifact_id or "a-000000000000"
+    calls = [
+        ("GET", "", None),
+        ("DELETE", "", None),
+        ("POST", "/exec", {"command": "true"}),
+        ("POST", "/write", {"path": "x", "content": "eA=="}),
+        ("GET", "/files?path=.", None),
+        ("GET", f"/artifacts/{artifact}", None),
+        ("GET", f"/artifacts/{artifact}/search?pattern=hi", None),
+        ("GET", "/tasks", None),
+        ("POST", "/tasks", {"command": "true"}),
+        ("GET", "/tasks/t-000000000000", None),
+        ("DELETE", "/tasks/t-000000000000", None),
+    ]
+    headers = {"authorization": f"Bearer {TOKEN_B}"}
+    with httpx2.Client(base_url=shared_service.url, timeout=60, headers=headers) as raw:
+        for method, tail, body in calls:
+            answers = {}
+            for ident in (theirs, "s-000000000000", name, "svct-missing0"):
+                answer = raw.request(method, f"/v1/sessions/{ident}{tail}", json=body)
+                answers[ident] = (answer.status_code, answer.text.replace(ident, "IDENT"))
+            assert len(set(answers.values())) == 1, (method, tail, answers)
+            status, text = answers[theirs]
+            assert status == 404 and json.loads(text)["error"]["type"] == "SessionNotFound", (method, tail, text)
+    with shared_service.tcp_client(TOKEN_A) as client:
+        assert client.exec(theirs, "echo still").stdout == b"still\n"  # B's calls touched nothing
+        client.stop_session(theirs)
+
+
+def test_request_heads_past_64_kib_are_431_on_the_api_and_mcp(shared_service: ServiceProcess) -> None:
+    """The documented 64 KiB bound on a request's line and headers holds exactly, whatever way the head arrives
+    (it was ~128 KiB when it arrived whole): just under it is answered, just over it and up to 128 KiB is a 431, on
+    the unix socket, over TCP and on /mcp; the service goes on."""
+    assert shared_service.url is not None
+    auth = {"authorization": f"Bearer {TOKEN_A}"}
+    with (
+        httpx2.Client(transport=httpx2.HTTPTransport(uds=str(shared_service.socket)), timeout=60) as unix,
+        httpx2.Client(base_url=shared_service.url, timeout=60, headers=auth) as tcp,
+    ):
+        for size in (60 * 1024, 65 * 1024, 100 * 1024, 127 * 1024):
+            padding = {"x-padding": "a" * size}
+            expected = 200 if size < 64 * 1024 else 431
+            for answer in (unix.get("http://x/v1/health", headers=padding), tcp.get("/v1/health", headers=padding)):
+                assert answer.status_code == expected, (size, answer.status_code)
+                if expected == 431 and answer.content:
+                    assert answer.json()["error"]["type"] == "RequestHeaderFieldsTooLarge"
+            mcp = tcp.post("/mcp", content=b"{}", headers={**padding, "content-type": "application/json"})
+            assert (mcp.status_code == 431) == (expected == 431), (size, mcp.status_code)
+        assert unix.get("http://x/v1/health").status_code == 200

@@ -294,6 +294,7 @@ def test_service_settings_defaults() -> None:
     assert section.stream_spool_bytes == 1024**3
     assert section.approval_timeout_s == 600.0
     assert section.shutdown_grace_s == 30.0
+    assert section.max_json_depth == 64
 
 
 @pytest.mark.parametrize(
@@ -306,6 +307,8 @@ def test_service_settings_defaults() -> None:
         ({"stream_spool_bytes": 65 * 1024**3}, "stream_spool_bytes"),
         ({"approval_timeout_s": 0}, "approval_timeout_s"),
         ({"shutdown_grace_s": 100000}, "shutdown_grace_s"),
+        ({"max_json_depth": 1}, "max_json_depth"),
+        ({"max_json_depth": 501}, "max_json_depth"),
         ({"unknown": 1}, "unknown"),
     ],
 )

@@ -140,3 +140,23 @@ def test_bad_bash_settings_are_rejected_at_load(section: str, field: str, value:
     """Out-of-range bash settings fail at load, naming the field."""
     with pytest.raises(ConfigError, match=rf"{section}\.{field}"):
         load_settings(overrides={section: {field: value}})
+
+
+@pytest.mark.parametrize(
+    "cwd", ["../../..", "..", "a/../../b", "./../workspace2", "/workspace/../etc", "/workspace/a/../../root"]
+)
+def test_a_cwd_that_normalises_out_of_the_workspace_is_rejected(cwd: str) -> None:
+    """A relative cwd, or an absolute one into the workspace, whose '..' leads out of it is bad input, named."""
+    profile = load_settings().profile()
+    with pytest.raises(CommandRejected, match=r"^cwd '.*' leads out of the workspace \(to /.*\); pass a directory"):
+        build_run_spec("pwd", settings=load_settings().bash, profile=profile, cwd=cwd)
+
+
+@pytest.mark.parametrize(
+    ("cwd", "resolved"),
+    [("a/../b", "/workspace/a/../b"), ("..workspace", "/workspace/..workspace"), ("/tmp", "/tmp"), ("/", "/")],
+)
+def test_a_cwd_inside_the_workspace_or_absolute_elsewhere_is_taken(cwd: str, resolved: str) -> None:
+    """'..' that stays inside, a name that merely starts with dots, and explicit absolute paths are accepted."""
+    profile = load_settings().profile()
+    assert build_run_spec("pwd", settings=load_settings().bash, profile=profile, cwd=cwd).cwd == resolved

@@ -31,6 +31,7 @@ from executor.cli.streams import OutputFailed, read_capped, silence
 from executor.cli.thin.transport import (
     Connection,
     NotText,
+    NotYours,
     Response,
     ServiceError,
     Target,
@@ -43,6 +44,7 @@ from executor.cli.thin.transport import (
 from executor.durations import parse_idle_limit
 from executor.environ import command_settings, environment_digest
 from executor.ids import is_session_id
+from executor.nesting import DEFAULT_MAX_DEPTH, loads_json
 
 __all__ = ["EXEC_FRAMES", "Usage", "parse", "run_thin"]
 
@@ -452,7 +454,7 @@ def _stream_exec(client: _Client, session: str, body: Mapping[str, Any], *, live
                             # with this call; a named session's command runs on into its artifact, as on Ctrl-C).
                             raise OutputFailed(exc) from None
                 continue
-            event = json.loads(payload)
+            event = loads_json(payload, max_depth=DEFAULT_MAX_DEPTH)
             what = event.get("kind")
             if what == "result":
                 streamed.result = event["result"]
@@ -839,7 +841,7 @@ def _bg_follow(client: _Client, parsed: Parsed, task: str, stream: str, offset: 
             for line in lines:
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                event = loads_json(line, max_depth=DEFAULT_MAX_DEPTH)
                 if event.get("kind") == "error":
                     error = event.get("error") or {}
                     raise ServiceError(404, str(error.get("type")), str(error.get("message")))
@@ -941,6 +943,8 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         return None
     try:
         conn = open_connection(target)
+    except NotYours as exc:
+        return out.fail(str(exc), shapes.EXIT_USAGE)
     except Unreachable as exc:
         if not target.explicit:
             return None  # a stale socket: no service, run in-process
@@ -957,6 +961,8 @@ def run_thin(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> i
         if exc.status == 404 and parsed.command[0] == "output" and not target.explicit:
             return None  # the session is gone: its artifacts are still on this host, read in-process
         return out.fail(str(exc), exc.code)
+    except NotYours as exc:
+        return out.fail(str(exc), shapes.EXIT_USAGE)
     except Unreachable as exc:
         return out.fail(str(exc), shapes.EXIT_FAILURE)
     except KeyboardInterrupt:

@@ -26,8 +26,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from executor.nesting import DEFAULT_MAX_DEPTH, loads_json
+from executor.ownership import peer_refusal, socket_refusal
+
 __all__ = [
     "Connection",
+    "NotYours",
     "Response",
     "ServiceError",
     "Target",
@@ -60,6 +64,11 @@ class NotText(Exception):
 
 class Unreachable(Exception):
     """Nothing answers at the target, or the connection broke."""
+
+
+class NotYours(Unreachable):
+    """The socket may be another user's (executor/ownership.py): nothing was sent; bad input, exit 2. An
+    :class:`Unreachable`, so a connection made again mid-command stops as for a service gone away."""
 
 
 class ServiceError(Exception):
@@ -172,6 +181,9 @@ def _settings_file(config: str | None, environ: Mapping[str, str]) -> dict[str, 
     try:
         import tomllib
 
+        from executor.nesting import check_toml_depth
+
+        check_toml_depth(raw)  # NestingTooDeep is a ValueError: the in-process path says what is wrong
         return tomllib.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
@@ -371,16 +383,24 @@ class Connection:
         """Connect (bounded by the connect timeout).
 
         Raises:
+            NotYours: the unix socket, or a folder holding it, may be another user's; nothing was sent.
             Unreachable: nothing listens there (refused, missing, timed out).
         """
         self.close()
         target = self.target
         try:
             if target.unix_path is not None:
+                # Before anything is sent: the socket must be this user's own (a request carries the command).
+                refused = socket_refusal(target.unix_path)
+                if refused is not None:
+                    raise NotYours(refused)
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 try:
                     sock.settimeout(_CONNECT_TIMEOUT_S)
                     sock.connect(target.unix_path)
+                    refused = peer_refusal(sock, target.label)
+                    if refused is not None:
+                        raise NotYours(refused)
                 except BaseException:
                     sock.close()
                     raise
@@ -587,7 +607,7 @@ class Connection:
             ServiceError, Unreachable: see :meth:`send`.
         """
         raw = self.send(method, path, body, query=query).read()
-        return json.loads(raw) if raw else None
+        return loads_json(raw, max_depth=DEFAULT_MAX_DEPTH) if raw else None
 
 
 def open_connection(target: Target, *, timeout: float | None = None) -> Connection:

@@ -26,6 +26,7 @@ from executor.config import JudgeSettings
 from executor.errors import JudgeError
 from executor.gate.judge.base import Judge
 from executor.models import JudgmentRequest
+from executor.nesting import DEFAULT_MAX_DEPTH, NestingTooDeep, loads_json
 
 __all__ = ["SYSTEM_PROMPT", "UNTRUSTED_NOTICE", "OpenAIJudge", "build_messages", "parse_answer_text"]
 
@@ -88,7 +89,11 @@ def parse_answer_text(text: str) -> object:
     if match is not None:
         text = match.group(1)
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return loads_json(
+            text, max_depth=DEFAULT_MAX_DEPTH, object_pairs_hook=_no_duplicates, parse_constant=_no_constants
+        )
+    except NestingTooDeep as exc:
+        raise JudgeError(f"judge answered {exc}") from exc
     except json.JSONDecodeError as exc:
         raise JudgeError(f"judge answered non-JSON text ({exc.msg} at char {exc.pos})") from exc
 
@@ -226,7 +231,7 @@ class OpenAIJudge(Judge):
 
     def _content(self, raw: bytes) -> object:
         try:
-            envelope = json.loads(raw)
+            envelope = loads_json(raw, max_depth=DEFAULT_MAX_DEPTH)
             content = envelope["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise JudgeError("judge endpoint did not answer a chat completion") from exc
