@@ -17,13 +17,19 @@ def is_setting(name: str) -> bool:
     return name.startswith("EXECUTOR_") and name not in NOT_SETTINGS
 
 
+_PLACES: Final = frozenset({"EXECUTOR_HOME", "EXECUTOR_AGENT__BUILD_DIR"})
+"""Settings that only say where files are kept: the home, and the agent's build folder (its binaries are named by
+their sources' hash, so any folder holds the same agent)."""
+
+
 def command_settings(environ: Mapping[str, str]) -> list[str]:
     """The names of the setting variables in ``environ`` that decide how commands run, sorted: every setting but the
-    home and the service's own section (which only say where a service is and how it listens)."""
+    places files are kept (the home, the agent's build folder) and the service's own section (which only says where a
+    service is and how it listens)."""
     return sorted(
         name
         for name in environ
-        if is_setting(name) and name != "EXECUTOR_HOME" and not name.startswith("EXECUTOR_SERVICE__")
+        if is_setting(name) and name not in _PLACES and not name.startswith("EXECUTOR_SERVICE__")
     )
 
 
