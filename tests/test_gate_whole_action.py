@@ -273,11 +273,16 @@ async def test_a_link_to_a_protected_folder_is_judged_as_a_write_to_it(
 async def test_an_upload_cannot_write_through_a_link(make_settings: Callable[..., Settings]) -> None:
     """An uploaded link member is judged as a write to what it names, and an unpack into a folder whose path goes
     through a link is refused in the container, as write_file refuses one (both wrote .git/config)."""
-    from executor.tools.archive import unpack_command
+    from executor.tools.archive import ArchiveBounds, canonical_entries, unpack_command
+
+    def entries(tar: bytes) -> bytes:
+        out = io.BytesIO()
+        canonical_entries(io.BytesIO(tar), out, bounds=ArchiveBounds())
+        return out.getvalue()
 
     async with _session(make_settings()) as session:
         await _git_repo(session)
-        linked = await session.bash(unpack_command("."), stdin=_link_tar("gg", ".git"), approval_handler=None)
+        linked = await session.bash(unpack_command("."), stdin=entries(_link_tar("gg", ".git")), approval_handler=None)
         assert linked.outcome in ("blocked", "denied"), linked.text
         assert not await _exists(session, "gg")
         # A link the gate never saw made (a checked-out repository may hold one): made from outside the executor.
@@ -286,9 +291,9 @@ async def test_an_upload_cannot_write_through_a_link(make_settings: Callable[...
         )
         before = await session.bash("cat .git/config", approval_handler=None)
         copied = await session.bash(
-            unpack_command("gg"), stdin=one_file_tar("config", b"[alias]\n\tlg = !touch /workspace/pwned\n")
+            unpack_command("gg"), stdin=entries(one_file_tar("config", b"[alias]\n\tlg = !touch /workspace/pwned\n"))
         )
-        assert copied.outcome == "failed" and copied.exit_code == 1, copied.text
-        assert b"goes through a symbolic link" in copied.stderr
+        assert copied.outcome == "failed" and copied.exit_code != 0, copied.text
+        assert b"symbolic link" in copied.stderr, copied.stderr
         after = await session.bash("cat .git/config", approval_handler=None)
         assert after.stdout == before.stdout
