@@ -350,9 +350,11 @@ class BashAction(_Model):
     (``bash``, ``sh -s``, ``python3 -``), so policy, judges and the person approving read the program that runs;
     None otherwise, and when that stdin is not text or past ``gate.stdin_program_max_bytes`` (judged unseen)."""
     stdin_members: tuple[str, ...] | None = None
-    """The member names of the tar archive the command unpacks from the supplied stdin (``tar -x -f -``: an upload,
-    ``executor cp`` into a session), read on the host so that the files it writes are judged like any write (a
-    last ``...`` says more were not listed); None when the command unpacks no archive or the stdin is not one."""
+    """The paths the command unpacks from the supplied stdin: the entries of an entry stream written by the agent's
+    ``fs-unpack`` (an upload, ``executor cp`` into a session; the host made it from the archive) or the members of a
+    tar archive a command extracts (``tar -x -f -``), read on the host so that the files it writes are judged like
+    any write (a last ``...`` says more were not listed); None when the command unpacks nothing or the stdin is not
+    one."""
     timeout_ms: int | None = Field(ge=1)
     """Deadline of the call, in milliseconds; None for a background task (no deadline applies)."""
     exec_argv: tuple[str, ...] | None = None

@@ -8,17 +8,20 @@ group/other write bits), symlinks are copied as symlinks, and ownership is never
 ``PATH`` is inside the session's workspace. The session must exist (``executor session start`` or ``exec
 --session NAME``).
 
-Inside the session the copy is one gated command, like the service's upload and download: ``tar -x`` reading the
-archive from stdin (bound to the archive's hash) or ``tar -c`` writing it to stdout. On the host the archive that
+Inside the session the copy is one gated command, like the service's upload and download: going in, the host reads
+the archive once and sends its entries as they will be written (an entry stream, ``canonical_entries``) to the
+agent's ``fs-unpack``, which writes exactly those and follows no symlink (the gate judges those entries, bound to
+the stream's hash); coming out, ``tar -c`` writes the archive to stdout. On the host the archive that
 comes out of the sandbox is checked before anything is written: absolute paths, ``..``, links that leave ``DEST``,
 and devices are refused and nothing is written.
 
 Bounds: an archive going in is at most ``bash.max_stdin_bytes``; one coming out at most
 ``service.download_max_bytes``. Both go through a temporary file, never whole in memory.
 
-Exit codes: ``0`` copied; ``1`` tar failed in the session (a missing path; the message says why); ``2`` bad input
-(a missing host path, a bad ``SESSION:PATH``, both or neither side in a session, an unknown session, an archive
-over its bound, an unsafe archive from the session); ``75`` blocked; ``77`` denied; ``125`` executor failure.
+Exit codes: ``0`` copied; ``1`` the copy failed in the session (``fs-unpack`` refused an entry, or ``tar -c`` found
+no such path; the message says why); ``2`` bad input (a missing host path, a bad ``SESSION:PATH``, both or neither
+side in a session, an unknown session, an archive over its bound, an unsafe archive from the session); ``75``
+blocked; ``77`` denied; ``125`` executor failure.
 
 ``--json`` prints ``{"outcome": "completed" | "failed" | "blocked" | "denied" | ..., "exit_code", "direction":
 "to_session" | "from_session", "source", "dest", "files", "entries", "bytes", "archive_bytes", "artifact_id",
@@ -90,7 +93,7 @@ def cp_command(
             setting="bash.max_stdin_bytes",
         )
         # The gate binds the command to its stdin's hash, so the archive is whole before it runs: in a private
-        # file, streamed from there to tar's stdin (never whole in memory).
+        # file, made an entry stream there and streamed to fs-unpack's stdin (never whole in memory).
         with contextlib.ExitStack() as stack, tempfile.NamedTemporaryFile(prefix="cp-") as archive:
             for chunk in packer:
                 archive.write(chunk)

@@ -533,10 +533,10 @@ class _Api:
         query = self.query(request, FilesQuery)
         command = unpack_command(query.path)  # a path no command can take is refused before the body is read
         held = await self.held(request)
-        # Unpacked by tar inside the container, as the session user: the sandbox is the boundary, and the action is
-        # gated like any command, bound to the archive's hash (its stdin). The body goes to a private file as it
-        # arrives (the hash needs every byte before the gate), then to tar's stdin a frame at a time: never whole
-        # in memory.
+        # Unpacked by the agent's fs-unpack inside the container, as the session user, following no symlink: the
+        # sandbox is the boundary, and the action is gated like any command, bound to the hash of the entry stream
+        # (its stdin). The body goes to a private file as it arrives (the hash needs every byte before the gate),
+        # then, as an entry stream, to fs-unpack's stdin a frame at a time: never whole in memory.
         limit = self.svc.max_request_bytes
         with spooled_body(self.service.settings.home / "tmp", limit) as spool:
             _refuse_declared(request, limit, limit)

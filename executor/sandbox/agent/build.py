@@ -18,7 +18,15 @@ from pathlib import Path
 from executor.config import AgentSettings, Settings
 from executor.errors import AgentError
 
-__all__ = ["SOURCE_DIR", "agent_build_dir", "ensure_agent", "ensure_fuzzer", "ensure_statx_shim", "source_files"]
+__all__ = [
+    "SOURCE_DIR",
+    "agent_build_dir",
+    "ensure_agent",
+    "ensure_fuzzer",
+    "ensure_statx_shim",
+    "ensure_unpack_fuzzer",
+    "source_files",
+]
 
 SOURCE_DIR = Path(__file__).resolve().parent
 """Where the agent's C sources live."""
@@ -60,18 +68,19 @@ def _digest(cc: str, flags: list[str], files: list[Path]) -> str:
     return h.hexdigest()[:20]
 
 
-def _compile(cc: str, flags: list[str], files: list[Path], out: Path) -> Path:
+def _compile(cc: str, flags: list[str], files: list[Path], out: Path, *, sources: list[Path] | None = None) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)
-    sources = [str(p) for p in files if p.suffix == ".c"]
+    # `sources` are what the compiler is given; `files` (hashed into the name) may hold ones they #include
+    compiled = [str(p) for p in (sources if sources is not None else files) if p.suffix == ".c"]
     try:
         try:
             proc = subprocess.run(
-                [cc, *flags, "-o", str(tmp), *sources],
+                [cc, *flags, "-o", str(tmp), *compiled],
                 capture_output=True,
                 text=True,
                 timeout=_BUILD_TIMEOUT_S,
@@ -124,6 +133,18 @@ def ensure_fuzzer(settings: AgentSettings, build_dir: Path) -> Path:
     files = sorted([SOURCE_DIR / "fuzz_frames.c", SOURCE_DIR / "frame.c", SOURCE_DIR / "frame.h"])
     name = f"fuzz-frames-{_digest(settings.cc, _SANITIZE, files)}"
     return _compile(settings.cc, _SANITIZE, files, build_dir / name)
+
+
+def ensure_unpack_fuzzer(settings: AgentSettings, build_dir: Path) -> Path:
+    """Return the sanitizer-built fuzz driver of ``fs-unpack``'s entry-stream parser and writer (``fuzz_unpack.c``,
+    which includes ``fileops.c``), compiling it if needed.
+
+    Raises:
+        AgentError: no compiler, or the compiler failed.
+    """
+    files = sorted([SOURCE_DIR / "fuzz_unpack.c", SOURCE_DIR / "fileops.c", SOURCE_DIR / "fileops.h"])
+    name = f"fuzz-unpack-{_digest(settings.cc, _SANITIZE, files)}"
+    return _compile(settings.cc, _SANITIZE, files, build_dir / name, sources=[SOURCE_DIR / "fuzz_unpack.c"])
 
 
 def ensure_statx_shim(settings: Settings) -> Path:

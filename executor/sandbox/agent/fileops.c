@@ -1472,15 +1472,23 @@ static int read_table(void)
     if (count > FO_UNPACK_MAX_ENTRIES)
         return fail("too_large", "", "the entry stream has %llu entries, more than %u", (unsigned long long)count,
                     FO_UNPACK_MAX_ENTRIES);
-    g_table.e = calloc(count > 0 ? (size_t)count : 1, sizeof(struct uentry));
-    if (g_table.e == NULL)
-        return fail("io", "", "out of memory for %llu entries", (unsigned long long)count);
+    /* The table grows as headers actually arrive: a 12-byte stream claiming a million entries costs nothing. */
+    uint32_t cap = 0;
     for (uint32_t i = 0; i < (uint32_t)count; i++) {
-        struct uentry *u = &g_table.e[i];
         uint8_t b[3];
         rc = read_exact(b, 3, "an entry's header");
         if (rc != 0)
             return rc;
+        if (i == cap) {
+            uint32_t grown = cap == 0 ? 64 : (cap > (uint32_t)count / 2 ? (uint32_t)count : 2 * cap);
+            struct uentry *e = realloc(g_table.e, (size_t)grown * sizeof(struct uentry));
+            if (e == NULL)
+                return fail("io", "", "out of memory for %u entries", grown);
+            memset(e + cap, 0, (size_t)(grown - cap) * sizeof(struct uentry));
+            g_table.e = e;
+            cap = grown;
+        }
+        struct uentry *u = &g_table.e[i];
         g_table.n = i + 1;
         u->kind = (char)b[0];
         u->mode = (unsigned)be(b + 1, 2);

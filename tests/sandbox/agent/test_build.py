@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from executor.config import AgentSettings, load_settings
 from executor.errors import AgentError, ConfigError
-from executor.sandbox.agent.build import agent_build_dir, ensure_agent, ensure_fuzzer
+from executor.sandbox.agent.build import agent_build_dir, ensure_agent, ensure_fuzzer, ensure_unpack_fuzzer
 
 
 def test_static_build_is_reused_and_static(agent_build_root: Path) -> None:
@@ -64,3 +66,24 @@ def test_frame_parser_fuzz_run(agent_build_root: Path) -> None:
         done = subprocess.run([str(fuzzer), "150000", seed], capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         assert "iterations=150000" in done.stdout and "Sanitizer" not in done.stderr
+
+
+def test_entry_stream_fuzz_run(agent_build_root: Path, tmp_path: Path) -> None:
+    """The sanitizer-built fs-unpack fuzzer runs 100k mutated entry streams through the parser and writes the
+    ones it accepts, with no sanitizer report, no entry outside the destination and no descriptor leaked."""
+    fuzzer = ensure_unpack_fuzzer(AgentSettings(), agent_build_root)
+    shm = Path("/dev/shm")
+    scratch = Path(tempfile.mkdtemp(prefix="fuzz-unpack-", dir=shm if shm.is_dir() else tmp_path))
+    try:
+        for seed in ("1", "20261206"):
+            done = subprocess.run(
+                [str(fuzzer), "50000", str(scratch), seed], capture_output=True, text=True, timeout=120, check=False
+            )
+            assert done.returncode == 0, done.stderr[-4000:]
+            assert "Sanitizer" not in done.stderr and "runtime error" not in done.stderr, done.stderr[-4000:]
+            counts = dict(part.split("=") for part in done.stderr.split())
+            assert counts["iterations"] == "50000"
+            # the mutations reach the writer too, not only the parser's refusals
+            assert int(counts["written"]) > 1000, done.stderr
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import tempfile
 import time
@@ -549,3 +550,177 @@ def test_write_with_parents_creates_missing_folders(agent: Path, work: Path) -> 
     assert made.rc == 0, made.out
     assert target.read_bytes() == b"x"
     assert stat.S_ISDIR((work / "a" / "b").stat().st_mode)
+
+
+# ---------------------------------------------------------------- fs-unpack
+
+_MAGIC = b"XENTRY1\n"
+
+
+def _entry(kind: bytes, path: bytes, *, mode: int = 0o644, link: bytes = b"", size: int = 0) -> bytes:
+    head = kind + struct.pack(">HH", mode, len(path)) + path
+    if kind == b"l":
+        return head + struct.pack(">H", len(link)) + link
+    if kind == b"f":
+        return head + struct.pack(">Q", size)
+    return head
+
+
+def _stream(*entries: bytes, contents: bytes = b"", count: int | None = None) -> bytes:
+    return _MAGIC + struct.pack(">I", len(entries) if count is None else count) + b"".join(entries) + contents
+
+
+def unpack(agent: Path, dest: Path | str, stream: bytes) -> Run:
+    """fs-unpack DEST with ``stream`` on stdin; its stderr holds at most the one-line echo of its refusal."""
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=99", "UBSAN_OPTIONS": "halt_on_error=1"}
+    proc = subprocess.run(
+        [str(agent), "fs-unpack", "--", str(dest)], input=stream, capture_output=True, timeout=_RUN_TIMEOUT_S, env=env
+    )
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode in (0, 1, 2), err
+    assert "Sanitizer" not in err and "runtime error" not in err, err
+    result = Run(proc)
+    if result.rc == 0:
+        assert err == "", err
+    else:
+        # one clean line, the same message as the JSON answer
+        assert err == f"fs-unpack: {result.out['message']}\n", err
+    return result
+
+
+def test_unpack_writes_exactly_the_entries(agent: Path, work: Path) -> None:
+    """A valid entry stream becomes its folders, files (bytes and modes) and symlinks under DEST, and nothing else."""
+    dest = work / "dest"
+    stream = _stream(
+        _entry(b"d", b"a", mode=0o750),
+        _entry(b"d", b"a/b", mode=0o555),
+        _entry(b"f", b"a/b/f.txt", mode=0o640, size=5),
+        _entry(b"f", b"top", mode=0o755, size=0),
+        _entry(b"l", b"a/ln", mode=0o777, link=b"b/f.txt"),
+        _entry(b"f", b"c/d/e", mode=0o600, size=3),
+        contents=b"hello" + b"xyz",
+    )
+    result = unpack(agent, dest, stream)
+    assert result.rc == 0, result.out
+    assert result.out == {"ok": True, "path": str(dest), "entries": 6, "files": 3, "bytes": 8}
+    assert (dest / "a/b/f.txt").read_bytes() == b"hello" and (dest / "c/d/e").read_bytes() == b"xyz"
+    assert (dest / "a/ln").readlink() == Path("b/f.txt")
+    assert stat.S_IMODE((dest / "a/b").stat().st_mode) == 0o555
+    assert stat.S_IMODE((dest / "a/b/f.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE((dest / "top").stat().st_mode) == 0o755
+    found = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    assert found == ["a", "a/b", "a/b/f.txt", "a/ln", "c", "c/d", "c/d/e", "top"]
+
+
+_BAD_STREAMS: dict[str, tuple[bytes, str, str]] = {
+    "empty": (b"", "bad_stream", "ends inside its header"),
+    "not a stream": (b"\x1f\x8b\x08\x00" + b"\0" * 60, "bad_stream", "not an entry stream"),
+    "header cut": (_MAGIC + b"\0\0", "bad_stream", "ends inside its header"),
+    "fewer entries than counted": (_stream(_entry(b"d", b"a"), count=2), "bad_stream", "ends inside an entry's header"),
+    "entry header cut": (_stream(count=1) + b"f\x01", "bad_stream", "ends inside an entry's header"),
+    "path past the end": (_stream(count=1) + b"d\x01\xed\x00\x10abc", "bad_stream", "ends inside an entry's path"),
+    "path length cut": (_stream(count=1) + b"d\x01\xed\x00", "bad_stream", "ends inside an entry's path"),
+    "size cut": (_stream(count=1) + b"f\x01\xa4\x00\x01x\x00\x00", "bad_stream", "ends inside a file's size"),
+    "content past the end": (
+        _stream(_entry(b"f", b"x", size=10), contents=b"abc"),
+        "bad_stream",
+        "ends inside a file's content",
+    ),
+    "size beyond any disk": (_stream(_entry(b"f", b"x", size=(1 << 62) + 1)), "bad_stream", "impossible size"),
+    "link text past the end": (
+        _stream(count=1) + b"l\x01\xff\x00\x01x\x00\x09ab",
+        "bad_stream",
+        "ends inside a symlink's text",
+    ),
+    "empty link text": (_stream(_entry(b"l", b"x", link=b"")), "bad_stream", "a symlink's text is empty"),
+    "huge count": (_stream(count=0xFFFFFFFF), "too_large", "more than 1000000"),
+    "a million counted, none sent": (_stream(count=1_000_000), "bad_stream", "ends inside an entry's header"),
+    "unknown kind": (_stream(_entry(b"p", b"fifo")), "bad_stream", "want d, f or l"),
+    "setuid mode": (_stream(_entry(b"f", b"x", mode=0o4755, size=0)), "bad_stream", "<= 0777"),
+    "NUL in a name": (_stream(_entry(b"d", b"a\0b")), "bad_stream", "holds a NUL byte"),
+    "NUL in a link": (_stream(_entry(b"l", b"x", link=b"/etc\0x")), "bad_stream", "holds a NUL byte"),
+    "dot-dot": (_stream(_entry(b"f", b"../escape", size=0)), "bad_path", "not a normalised relative path"),
+    "dot-dot inside": (_stream(_entry(b"f", b"a/../../escape", size=0)), "bad_path", "normalised relative"),
+    "absolute": (_stream(_entry(b"f", b"/etc/cron.d/x", size=0)), "bad_path", "normalised relative"),
+    "dot": (_stream(_entry(b"d", b".")), "bad_path", "normalised relative"),
+    "empty component": (_stream(_entry(b"d", b"a//b")), "bad_path", "normalised relative"),
+    "trailing slash": (_stream(_entry(b"d", b"a/")), "bad_path", "normalised relative"),
+    "empty path": (_stream(_entry(b"d", b"")), "bad_stream", "an entry's path is empty"),
+    "path longer than PATH_MAX": (_stream(_entry(b"d", b"a/" * 2048)), "bad_stream", "longer than 4095"),
+    "name longer than NAME_MAX": (_stream(_entry(b"d", b"n" * 256)), "bad_path", "normalised relative"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_STREAMS))
+def test_unpack_refuses_malformed_streams_before_writing(agent: Path, work: Path, case: str) -> None:
+    """A truncated, oversized or unsafe entry stream is refused with one clean error and no entry is written."""
+    stream, code, said = _BAD_STREAMS[case]
+    dest = work / "dest"
+    result = unpack(agent, dest, stream)
+    assert (result.rc, result.error, result.out["committed"]) == (1, code, False), result.out
+    assert said in result.out["message"], result.out
+    if case == "content past the end":
+        # contents are streamed after the headers were checked: DEST was made, and the cut file's staging removed
+        assert list(dest.iterdir()) == []
+    else:
+        assert sorted(p.name for p in work.iterdir()) == []
+
+
+def test_unpack_refuses_a_symlink_already_on_an_entry_path(agent: Path, work: Path) -> None:
+    """A symlink in a path component that existed before the run is refused, not followed: nothing is written."""
+    outside = work / "outside"
+    outside.mkdir()
+    dest = work / "dest"
+    dest.mkdir()
+    (dest / "safe").mkdir()
+    (dest / "safe" / "cfg").symlink_to(outside)
+    stream = _stream(_entry(b"f", b"first", size=1), _entry(b"f", b"safe/cfg/evil", size=1), contents=b"12")
+    result = unpack(agent, dest, stream)
+    assert (result.rc, result.error, result.out["kind"]) == (1, "symlink", "symlink"), result.out
+    assert result.out["component"] == "safe/cfg" and "never writes through one" in result.out["message"]
+    assert list(outside.iterdir()) == []
+    # checked before anything was written: not even the entry before it
+    assert sorted(p.name for p in dest.iterdir()) == ["safe"]
+
+
+def test_unpack_refuses_a_symlink_as_dest_or_on_its_way(agent: Path, work: Path) -> None:
+    """DEST that is, or passes through, a symlink is refused; the folder it names stays empty."""
+    outside = work / "outside"
+    outside.mkdir()
+    (work / "link").symlink_to(outside)
+    stream = _stream(_entry(b"f", b"x", size=1), contents=b"1")
+    for dest in (work / "link", work / "link" / "sub"):
+        result = unpack(agent, dest, stream)
+        assert (result.rc, result.error) == (1, "symlink"), result.out
+    assert list(outside.iterdir()) == []
+
+
+def test_unpack_never_writes_through_a_symlink_its_own_stream_made(agent: Path, work: Path) -> None:
+    """A link entry followed by a file entry under it is refused at that entry; nothing lands where the link points."""
+    outside = work / "outside"
+    outside.mkdir()
+    dest = work / "dest"
+    stream = _stream(_entry(b"l", b"ln", link=str(outside).encode()), _entry(b"f", b"ln/evil", size=1), contents=b"1")
+    result = unpack(agent, dest, stream)
+    assert (result.rc, result.error) == (1, "symlink"), result.out
+    assert list(outside.iterdir()) == []
+
+
+def test_unpack_replaces_a_symlink_at_an_entry_name_without_following_it(agent: Path, work: Path) -> None:
+    """A file entry whose final name is a symlink replaces the link; the file it pointed at is untouched."""
+    target = work / "precious"
+    target.write_bytes(b"keep")
+    dest = work / "dest"
+    dest.mkdir()
+    (dest / "f").symlink_to(target)
+    result = unpack(agent, dest, _stream(_entry(b"f", b"f", size=3), contents=b"new"))
+    assert result.rc == 0, result.out
+    assert target.read_bytes() == b"keep"
+    assert not (dest / "f").is_symlink() and (dest / "f").read_bytes() == b"new"
+
+
+def test_unpack_refuses_bytes_after_the_last_entry(agent: Path, work: Path) -> None:
+    """Bytes after the last entry's content make the run fail with bad_stream."""
+    result = unpack(agent, work / "dest", _stream(_entry(b"f", b"x", size=1), contents=b"1extra"))
+    assert (result.rc, result.error) == (1, "bad_stream"), result.out
+    assert "bytes after its last entry" in result.out["message"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -245,3 +246,58 @@ async def test_an_images_healthcheck_never_runs_in_a_session(backend_factory: An
                     await trio.to_thread.run_sync(lambda: api.remove_image(tag, force=True))
     assert data["Config"]["Healthcheck"]["Test"] == ["NONE"]
     assert "Health" not in data["State"]
+
+
+def _mount_roots(mountinfo: str) -> dict[str, str]:
+    """Mount point -> the path inside its filesystem that the mount shows (mountinfo's 5th and 4th fields)."""
+    roots: dict[str, str] = {}
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        roots[fields[4]] = fields[3]
+    return roots
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("transport", ["socket", "exec"])
+async def test_what_mountinfo_shows_a_session_of_the_host(backend_factory: Any, home: Path, transport: str) -> None:
+    """/proc/self/mountinfo shows the session user exactly the host paths the README lists: under the socket transport
+    the agent binary's and the session's run folder (so the executor home's path), the workspace volume's folder and
+    the engine's per-container files; under the exec transport no path of the home at all."""
+    with trio.fail_after(90):
+        async with backend_factory(agent={"transport": transport}) as backend:
+            info = await backend.open_session(profile=load_settings().profile(), profile_name="default", owner="t-m")
+            try:
+                data = await _inspect(backend, info.container_id)
+                mountinfo = await _exec(backend, info.container_id, "cat /proc/self/mountinfo", user="1000:1000")
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(30):
+                    await backend.stop_session(info.id)
+    roots = _mount_roots(mountinfo)
+    # mountinfo gives a path inside the mount's own filesystem: the host path itself, or its tail when the host
+    # path lies on a filesystem mounted below / (then the tail is what shows)
+    shown = {point: root for point, root in roots.items() if root != "/"}
+    engine_files = {
+        f"/etc/{name}": f"/var/lib/docker/containers/{info.container_id}/{name}"
+        for name in ("resolv.conf", "hostname", "hosts")
+    }
+    expected = {"/workspace": f"/var/lib/docker/volumes/executor-{info.id}-workspace/_data", **engine_files}
+    if transport == "socket":
+        sources = {m["Destination"]: m["Source"] for m in data["Mounts"] if m["Type"] == "bind"}
+        expected[AGENT_PATH] = sources[AGENT_PATH]
+        expected[RUN_DIR] = sources[RUN_DIR]
+        assert sources[RUN_DIR] == str(home / "run" / info.id)
+    cgroups = {p: r for p, r in shown.items() if p.startswith("/sys/fs/cgroup/")}
+    assert cgroups and set(cgroups.values()) == {f"/docker/{info.container_id}"}
+    proc_masks = {p: r for p, r in shown.items() if p.startswith("/proc/")}  # the engine's masks of /proc files
+    assert set(proc_masks.values()) <= {"/null", "/bus", "/fs", "/irq", "/sys", "/sysrq-trigger"}
+    rest = {p: r for p, r in shown.items() if p not in cgroups and p not in proc_masks}
+    assert set(rest) == set(expected), rest
+    for point, root in rest.items():
+        assert expected[point].endswith(root), (point, root)
+    # the home's path shows in the run folder's line (and the agent's when it is built under the home), nowhere else
+    showing_home = {line.split()[4] for line in mountinfo.splitlines() if str(home) in line}
+    if transport == "socket":
+        assert RUN_DIR in showing_home and showing_home <= {AGENT_PATH, RUN_DIR}, showing_home
+    else:
+        assert showing_home == set()
+        assert AGENT_PATH not in roots
