@@ -1013,20 +1013,29 @@ static bool states_equal(const struct fstate *a, const struct fstate *b)
            (!a->has_sha || strcmp(a->sha, b->sha) == 0);
 }
 
+/* A fresh random staging name for `name` in g_stage_name. */
+static int stage_name(const char *name, const char *path)
+{
+    uint64_t rnd;
+    ssize_t got;
+    do
+        got = getrandom(&rnd, sizeof(rnd), 0);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sizeof(rnd))
+        return fail("io", path, "getrandom failed: %s", got < 0 ? strerror(errno) : "short read");
+    int n = snprintf(g_stage_name, sizeof(g_stage_name), ".%.*s%s%016" PRIx64, FO_STAGING_NAME_KEEP, name,
+                     FO_STAGING_SUFFIX, rnd);
+    if (n < 0 || (size_t)n >= sizeof(g_stage_name))
+        return fail("bad_path", path, "staging name for %s does not fit", path);
+    return 0;
+}
+
 static int create_staging(int dirfd, const char *name, const char *path, int *fd_out)
 {
     for (int i = 0; i < FO_STAGING_TRIES; i++) {
-        uint64_t rnd;
-        ssize_t got;
-        do
-            got = getrandom(&rnd, sizeof(rnd), 0);
-        while (got < 0 && errno == EINTR);
-        if (got != (ssize_t)sizeof(rnd))
-            return fail("io", path, "getrandom failed: %s", got < 0 ? strerror(errno) : "short read");
-        int n = snprintf(g_stage_name, sizeof(g_stage_name), ".%.*s%s%016" PRIx64, FO_STAGING_NAME_KEEP, name,
-                         FO_STAGING_SUFFIX, rnd);
-        if (n < 0 || (size_t)n >= sizeof(g_stage_name))
-            return fail("bad_path", path, "staging name for %s does not fit", path);
+        int rc = stage_name(name, path);
+        if (rc != 0)
+            return rc;
         /* the handler may unlink the name as soon as it exists, never before */
         int fd = openat(dirfd, g_stage_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
@@ -1621,22 +1630,6 @@ static int unpack_check(int base)
                              "%s is a folder; the upload holds a %s there: remove the folder first", u->path,
                              u->kind == 'f' ? "file" : "symlink");
     }
-    return 0;
-}
-
-static int stage_name(const char *name, const char *path)
-{
-    uint64_t rnd;
-    ssize_t got;
-    do
-        got = getrandom(&rnd, sizeof(rnd), 0);
-    while (got < 0 && errno == EINTR);
-    if (got != (ssize_t)sizeof(rnd))
-        return fail("io", path, "getrandom failed: %s", got < 0 ? strerror(errno) : "short read");
-    int n = snprintf(g_stage_name, sizeof(g_stage_name), ".%.*s%s%016" PRIx64, FO_STAGING_NAME_KEEP, name,
-                     FO_STAGING_SUFFIX, rnd);
-    if (n < 0 || (size_t)n >= sizeof(g_stage_name))
-        return fail("bad_path", path, "staging name for %s does not fit", path);
     return 0;
 }
 
