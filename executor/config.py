@@ -487,7 +487,8 @@ class ArtifactSettings(_Section):
     fails, in seconds."""
     sqlite_synchronous: Literal["normal", "full"] = "normal"
     """SQLite ``synchronous`` level of the index: ``normal`` (safe from corruption under WAL; a power cut can lose
-    the last commits, like the unsynced stream files) or ``full`` (an fsync per commit)."""
+    the last commits, like the unsynced stream files) or ``full`` (an fsync per commit, and each stream's file is
+    fsynced before its artifact is recorded finished)."""
     session_max_bytes: Bytes = Field(512 * _MIB, ge=_MIB, le=1024**4)
     """Stored bytes per session before the oldest artifacts are evicted."""
     session_max_artifacts: int = Field(10_000, ge=1, le=10_000_000)

@@ -308,8 +308,13 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
 class _StreamWriter:
     """One stream's files, made on its first byte: a stream that never receives one has no file at all."""
 
-    def __init__(self, folder: str, name: str, cap: int, make_folder: Callable[[], None]) -> None:
+    def __init__(
+        self, folder: str, name: str, cap: int, make_folder: Callable[[], None], *, sync: bool = False
+    ) -> None:
         self.folder = folder
+        self.sync = sync
+        """Fsync the stream's file before it is finished (the index's ``full`` level: a finished row never points
+        at bytes a power cut, or a file system that reports a full disk only on sync, could still lose)."""
         self.name = name
         self.head_cap = cap - cap // 2
         self.ring_cap = cap // 2
@@ -457,6 +462,10 @@ class _StreamWriter:
             growing=growing,
         )
 
+    def close(self) -> None:
+        """Close the stream's files (its bytes stay on disk)."""
+        self._close()
+
     def _close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -468,6 +477,8 @@ class _StreamWriter:
     def finish(self) -> StreamState:
         """Lay the stream out linearly as ``<name>`` and complete its index."""
         if not self.wrapped:
+            if self.sync and self.fd >= 0:
+                os.fsync(self.fd)
             self._close()
             if self.opened:
                 os.replace(self.part, self.final)
@@ -484,6 +495,8 @@ class _StreamWriter:
                 tracker = CheckpointTracker(base=self.head_len, first_line=first_line)
                 self._copy(out, base + self.ring_w, base + self.ring_cap, tracker)
                 self._copy(out, base, base + self.ring_w, tracker)
+                if self.sync:
+                    os.fsync(out)
             finally:
                 os.close(out)
             head_cps = [cp for cp in read_checkpoints(self.idx) if cp[0] < self.head_len]
@@ -542,6 +555,7 @@ class Capture:
         cap: int,
         publish: Callable[[str, dict[str, StreamState], str | None, dict[str, str]], ArtifactRecord | None],
         tees: tuple[CaptureTee, ...] = (),
+        sync: bool = False,
     ) -> None:
         self.artifact_id = artifact_id
         """The artifact this capture fills."""
@@ -549,7 +563,7 @@ class Capture:
         self._folder = os.fspath(folder)
         self._folder_made = False
         self._tees = tees
-        self._writers = {name: _StreamWriter(self._folder, name, cap, self._make_folder) for name in streams}
+        self._writers = {name: _StreamWriter(self._folder, name, cap, self._make_folder, sync=sync) for name in streams}
         self._finished: ArtifactRecord | None = None
         self._dirty = True
         self._noted: dict[str, str] = {}
@@ -580,10 +594,15 @@ class Capture:
         except OSError as exc:
             raise ArtifactError(
                 f"artifact {self.artifact_id} stream {stream}: cannot store more output ({exc.strerror or exc}); "
-                "what was stored before is kept; free space under the executor's home and retry"
+                f"the artifact keeps {self.kept()}, not the whole output; free space under the executor's home and "
+                "retry"
             ) from exc
         for tee in self._tees:
             tee(stream, data)
+
+    def kept(self) -> str:
+        """What is on disk so far, per stream: ``stdout 4096 bytes, stderr 0 bytes``."""
+        return ", ".join(f"{name} {w.head_len + w.ring_len} bytes" for name, w in self._writers.items())
 
     def flush(self) -> None:
         """Publish the bytes fed so far, so readers (in any process) see them; cheap when nothing changed."""
@@ -604,16 +623,32 @@ class Capture:
         """
         if self._finished is not None:
             return self._finished
-        states = {name: writer.finish() for name, writer in self._writers.items()}
+        states: dict[str, StreamState] = {}
         try:
+            for name, writer in self._writers.items():
+                states[name] = writer.finish()
             record = self._publish(self.artifact_id, states, status, self._noted)
-        except BaseException:
+        except BaseException as exc:
             # The index could not record the finish (a full disk): put each linear file back where the index still
             # points, so its bytes stay with the unfinished artifact for whoever finalises it later.
             for name, writer in self._writers.items():
-                if writer.opened and not writer.wrapped and states[name].file != writer.part_name:
+                done = states.get(name)
+                if done is not None and writer.opened and not writer.wrapped and done.file != writer.part_name:
                     with contextlib.suppress(OSError):
-                        os.replace(os.path.join(writer.folder, states[name].file), writer.part)
+                        os.replace(os.path.join(writer.folder, done.file), writer.part)
+            for writer in self._writers.values():
+                if not writer.closed:
+                    writer.close()
+            if isinstance(exc, OSError):  # laying a stream out (a rename, a sync) failed: the disk, not a bug
+                raise ArtifactError(
+                    f"artifact {self.artifact_id}: cannot finalise its output ({exc.strerror or exc}); the artifact "
+                    f"keeps {self.kept()}, finalised when the home is next opened; free space under the executor's "
+                    "home and retry"
+                ) from exc
+            if isinstance(exc, ArtifactError):  # the index refused the finish (a full disk)
+                raise ArtifactError(
+                    f"{exc}; artifact {self.artifact_id} keeps {self.kept()} on disk, not recorded as finished"
+                ) from exc
             raise
         if record is None:
             raise ArtifactError(f"artifact {self.artifact_id}: the index did not record the finish")

@@ -813,6 +813,7 @@ class SessionArtifacts:
             cap=store.settings.capture_max_bytes,
             publish=self._publish,
             tees=tees_for(kind, artifact_id),
+            sync=store.settings.sqlite_synchronous == "full",
         )
         store._live[artifact_id] = capture
         self._begun[artifact_id] = (kind, meta_json, now)

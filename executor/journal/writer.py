@@ -42,7 +42,7 @@ verify (forged or altered) are never chained to or counted for ``seq``.
 
 The file is opened with ``O_APPEND`` and never rewritten: earlier lines are never touched. If a previous writer was
 cut mid-line, a newline is appended first (under the lock) so that the cut line stays one refused line and the new
-events stay whole.
+events stay whole; a write this writer sees fail (a full disk) has its part line cut off again at once.
 """
 
 from __future__ import annotations
@@ -204,12 +204,18 @@ class JournalWriter:
         else writes meanwhile: the new size is counted, not asked for)."""
         assert self._fd is not None
         view = memoryview(data)
+        start = self._size
         try:
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
                 self._size += written
         except OSError as exc:
+            # A short write (a full disk) left part of a line: cut it off, or the next append would follow a torn
+            # line and the file would stop parsing there. The lock is held, so nobody appended after it.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+                self._size = start
             raise JournalError(f"cannot append to journal {self._path}: {exc.strerror or exc}") from exc
 
     def emit(self, event: _E) -> _E:

@@ -334,14 +334,47 @@ class _Api:
 
     async def create_session(self, request: Request) -> Response:
         body = await self.parse(request, SessionCreate)
-        held = await self.service.create(
-            owner=self.owner(request),
-            profile=body.profile,
-            image=body.image,
-            name=body.name,
-            idle_s=body.idle_s,
-            throwaway=body.throwaway,
-        )
+        owner = self.owner(request)
+        created: list[Held] = []
+        failure: Exception | None = None
+        left = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                # The body is read: the next message is the client going away (a Ctrl-C on the CLI). The create is
+                # then cancelled, which removes what it made (the backend's cleanup on any exception).
+                while (await request.receive())["type"] != "http.disconnect":
+                    pass
+                left.set()
+                if not created:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            try:
+                created.append(
+                    await self.service.create(
+                        owner=owner,
+                        profile=body.profile,
+                        image=body.image,
+                        name=body.name,
+                        idle_s=body.idle_s,
+                        throwaway=body.throwaway,
+                    )
+                )
+                # A disconnect already queued is seen before the session is handed over.
+                await trio.lowlevel.checkpoint()
+            except Exception as exc:  # raised past the nursery, not wrapped in a group: the route maps it
+                failure = exc
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        if not created:
+            return Response(status_code=499)  # nobody reads it: the client left while the session was made
+        held = created[0]
+        if left.is_set() and body.name is None:
+            # Made just as its client left: nobody will ever name it, so it goes now rather than at its idle limit.
+            await self.service.stop(held.session.id, owner)
+            return Response(status_code=499)
         return _json(self.view(held, held.session.info), status=201)
 
     async def inspect_session(self, request: Request) -> Response:

@@ -8,7 +8,9 @@ removes its socket.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -165,6 +167,51 @@ async def _serve(
                 async for _ in signals:
                     break
                 await _shutdown(service, shutdown)
+                # hypercorn writes to a client under a shielded send: one that stops reading would hold its
+                # connection (and the service) forever. The close is bounded: past it the connections are cut.
+                nursery.start_soon(_cut_after, nursery.cancel_scope, path, svc.port if svc.tcp else None)
+
+
+async def _cut_after(scope: trio.CancelScope, path: Path, port: int | None) -> None:
+    """After the listener's close budget, shut down every client connection still open, then cancel ``scope``."""
+    await trio.sleep(_GRACEFUL_CLOSE_S)
+    cut = _cut_connections(os.fspath(path), port)
+    if cut:
+        logger.warning("cut %d client connection(s) that did not close within %.1fs", cut, _GRACEFUL_CLOSE_S)
+    scope.cancel()
+
+
+def _cut_connections(path: str, port: int | None) -> int:
+    """Shut down (both ways) this process's accepted connections on the service's socket ``path`` or TCP ``port``.
+
+    A blocked send on one then fails at once (the peer is gone as far as the kernel is concerned), so no shielded
+    write can outlast it. Found by their local address among the process's descriptors; listeners are left alone.
+    """
+    cut = 0
+    for entry in Path("/proc/self/fd").iterdir():
+        try:
+            fd = os.dup(int(entry.name))
+        except (OSError, ValueError):
+            continue  # closed meanwhile
+        try:
+            dup = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)  # not a socket
+            continue
+        with dup:
+            try:
+                local = dup.getsockname()
+                dup.getpeername()  # a listener has no peer
+            except OSError:
+                continue
+            ours = (dup.family == socket.AF_UNIX and local == path) or (
+                port is not None and dup.family in (socket.AF_INET, socket.AF_INET6) and local[1] == port
+            )
+            if ours and dup.type == socket.SOCK_STREAM:
+                with contextlib.suppress(OSError):
+                    dup.shutdown(socket.SHUT_RDWR)
+                    cut += 1
+    return cut
 
 
 async def _shutdown(service: Service, shutdown: trio.Event) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import signal
@@ -30,6 +31,7 @@ from executor.config import Profile, Settings
 from executor.errors import (
     ConfigError,
     ExecutorError,
+    JournalError,
     SandboxError,
     SessionNameTaken,
     SessionNotFound,
@@ -439,9 +441,15 @@ class Executor:
                         nursery.cancel_scope.cancel()
             except BaseException as exc:
                 reason = f"error: {_leaf_name(exc)}"
+                with contextlib.suppress(JournalError):  # a full disk: the failure that ended it is what to report
+                    journal.emit(SessionClosed(reason=reason))
                 raise
-            finally:
+            try:
                 journal.emit(SessionClosed(reason=reason))
+            except JournalError as exc:
+                raise JournalError(
+                    f"{exc}; the session's close is not journaled (each finished action is, and its output is kept)"
+                ) from exc
 
 
 def _leaf_name(exc: BaseException) -> str:

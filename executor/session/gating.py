@@ -11,15 +11,22 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from executor.artifacts import ArtifactRecord, Capture, SessionArtifacts
 from executor.config import Profile
-from executor.errors import ActionDenied, ApprovalInvalidated, ApprovalRequired
+from executor.errors import (
+    ActionDenied,
+    ApprovalInvalidated,
+    ApprovalRequired,
+    ArtifactError,
+    ExecutorError,
+    JournalError,
+)
 from executor.gate.approvals import ApprovalDenied, ApprovalHandler, request_approval
 from executor.gate.gate import Gate, GateOutcome
 from executor.journal import JournalWriter
@@ -58,6 +65,21 @@ class Refusal:
     text: str
 
 
+@contextmanager
+def naming_kept(record: ArtifactRecord) -> Iterator[None]:
+    """A journal failure after ``record`` finished (a full disk) says that its output is kept, and where.
+
+    The run then fails (the caller gets no result): a result is returned only once its journal entry is written.
+    """
+    try:
+        yield
+    except JournalError as exc:
+        kept = ", ".join(f"{name} {info.bytes_stored} bytes" for name, info in record.streams.items())
+        raise JournalError(
+            f"{exc}; the run's end is not journaled; its output is kept in artifact {record.id} ({kept})"
+        ) from exc
+
+
 @dataclass
 class Execution:
     """One executed action inside :meth:`Gatekeeper.execution`: its capture, and how to record its end."""
@@ -90,15 +112,16 @@ class Execution:
         record = self.capture.finish(status=status)
         self.record = record
         write = self.journal.emit if settle else self.journal.append
-        write(
-            ExecutionFinished(
-                action_id=self.action_id,
-                cause=cause,
-                exit_code=exit_code,
-                duration_ms=self.elapsed_ms() if duration_ms is None else duration_ms,
-                artifact_ids=(record.id,),
+        with naming_kept(record):
+            write(
+                ExecutionFinished(
+                    action_id=self.action_id,
+                    cause=cause,
+                    exit_code=exit_code,
+                    duration_ms=self.elapsed_ms() if duration_ms is None else duration_ms,
+                    artifact_ids=(record.id,),
+                )
             )
-        )
         return record
 
 
@@ -270,25 +293,41 @@ class Gatekeeper:
         cancellation cannot interrupt the bookkeeping), and the error propagates.
         """
         journal = self.journal
-        journal.append(ExecutionStarted(action_id=action_id))
+        try:
+            journal.append(ExecutionStarted(action_id=action_id))
+        except JournalError as exc:
+            raise JournalError(f"{exc}; the action did not run and nothing was kept") from exc
         try:
             capture = self.artifacts.begin(kind=kind, streams=streams, meta={"action_id": action_id})
-        except BaseException:
-            journal.emit(ExecutionFinished(action_id=action_id))  # nothing ran and nothing was captured
+        except BaseException as exc:
+            with suppress(JournalError):  # the same full disk may refuse this too; the first failure is reported
+                journal.emit(ExecutionFinished(action_id=action_id))  # nothing ran and nothing was captured
+            if type(exc) is ArtifactError:  # the index refused the start (a full disk)
+                raise ArtifactError(f"{exc}; the action did not run and nothing was kept") from exc
             raise
         execution = Execution(action_id=action_id, capture=capture, journal=journal)
         mark: AbstractContextManager[object] = UsageMark(self.usage) if self.usage is not None else nullcontext()
         try:
-            await journal.commit(seal=False)  # durable before it runs; the head is sealed before the result
+            try:
+                await journal.commit(seal=False)  # durable before it runs; the head is sealed before the result
+            except JournalError as exc:
+                raise JournalError(f"{exc}; the action did not run and nothing was kept") from exc
             with mark:
                 yield execution
-        except BaseException:
+        except BaseException as exc:
             if execution.record is None:
-                if on_abort is not None:
-                    capture.feed(*on_abort)
-                execution.finish(status="cancelled", cause="cancelled", settle=True)
+                try:
+                    if on_abort is not None:
+                        capture.feed(*on_abort)
+                    execution.finish(status="cancelled", cause="cancelled", settle=True)
+                except ExecutorError:
+                    # A full disk refuses the abort's bookkeeping too; the first failure says what was kept
+                    # (the capture's bytes stay on disk, finalised as interrupted when the index is next opened).
+                    if not isinstance(exc, ExecutorError):
+                        raise
             raise
         if execution.record is None:
             raise AssertionError(f"execution of {action_id} ended without a recorded finish")
         if commit_at_exit:
-            await journal.commit()
+            with naming_kept(execution.record):
+                await journal.commit()

@@ -53,7 +53,7 @@ from executor.session.api import (
     TaskInfo,
     ToolResult,
 )
-from executor.session.gating import Gatekeeper
+from executor.session.gating import Gatekeeper, naming_kept
 from executor.session.output import OutputTools
 from executor.session.presentation import Views, limits_note, orphans_note, outcome_of, run_header
 from executor.session.tasks import BackgroundTasks
@@ -334,7 +334,8 @@ class Session:
             parts.append(note)
         if result.drain_cut:
             parts.append("[a process still held the output pipes after the command exited; reading stopped]")
-        text = await self._views.sanitize("\n".join(parts), artifact_id=record.id)
+        with naming_kept(record):
+            text = await self._views.sanitize("\n".join(parts), artifact_id=record.id)
         stdout, stdout_whole = self._views.raw_stream(record, "stdout")
         stderr, stderr_whole = self._views.raw_stream(record, "stderr")
         return ToolResult(
@@ -446,7 +447,8 @@ class Session:
             record = execution.finish(
                 status="ok" if outcome == "completed" else "error", exit_code=0 if outcome == "completed" else 1
             )
-        text = await self._views.sanitize(self._views.bounded(record.id), artifact_id=record.id)
+        with naming_kept(record):
+            text = await self._views.sanitize(self._views.bounded(record.id), artifact_id=record.id)
         return ToolResult(
             tool="write_file", outcome=outcome, text=text, action_id=action_id, artifact_id=record.id, data=data_out
         )
