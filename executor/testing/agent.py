@@ -1,6 +1,6 @@
 """The in-container agent run as a real process on the host, for tests: start, stop, capture, inspect processes.
 
-The agent runs as root there (the test runner is root) and drops every command to uid 1000, exactly as in a
+The agent runs as root there (the test runner is root) and drops every command to its own session uid, as in a
 container; it sets PR_SET_CHILD_SUBREAPER so orphans reparent to it as they would to PID 1. The pytest fixtures
 over these helpers live in ``tests/sandbox/agent/conftest.py``.
 """
@@ -34,9 +34,12 @@ __all__ = [
     "stop_agent",
 ]
 
-UID = 1000
-"""The session user's uid the host agent drops commands to."""
-GID = 1000
+UID = 2000 + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+"""The session user's uid the host agent drops commands to: one of its own per test worker. On the host the agent
+sees every process of its session uid (no pid namespace), and a run that has the session to itself kills each one
+started since it began: with the containers' uid (1000) it killed other tests' session processes, and with one uid
+for every xdist worker, the host agents of two workers killed each other's commands."""
+GID = UID
 """The session user's gid."""
 
 

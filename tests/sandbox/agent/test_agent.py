@@ -33,6 +33,8 @@ from executor.sandbox.agent.protocol import (
     encode_frame,
 )
 from executor.testing.agent import (
+    GID,
+    UID,
     Capture,
     LiveAgent,
     children_of,
@@ -152,10 +154,10 @@ async def test_stdin_bytes_streamed_then_closed(client: AgentClient, live_agent:
 
 
 async def test_runs_as_session_user_in_cwd(client: AgentClient, live_agent: LiveAgent) -> None:
-    """Commands run as uid/gid 1000 with no supplementary groups, in the given cwd, with the workspace chowned."""
+    """Commands run as the session uid/gid, no supplementary groups, in the given cwd, with the workspace chowned."""
     sink, _ = await run(client, live_agent, "id -u; id -g; id -G; pwd")
-    assert sink.out.decode().split() == ["1000", "1000", "1000", str(live_agent.workspace)]
-    assert live_agent.workspace.stat().st_uid == 1000
+    assert sink.out.decode().split() == [str(UID), str(GID), str(GID), str(live_agent.workspace)]
+    assert live_agent.workspace.stat().st_uid == UID
 
 
 async def test_environment_scrubbed_defaults_then_caller(client: AgentClient, live_agent: LiveAgent) -> None:
@@ -585,7 +587,7 @@ async def test_random_bytes_never_crash_the_agent(live_agent: LiveAgent, junk: b
 async def test_info(client: AgentClient, live_agent: LiveAgent) -> None:
     """INFO reports the session uid/gid, bash, and the agent's pid."""
     info = await client.info()
-    assert (info.uid, info.gid, info.has_bash, info.pid, info.is_init) == (1000, 1000, True, live_agent.proc.pid, False)
+    assert (info.uid, info.gid, info.has_bash, info.pid, info.is_init) == (UID, GID, True, live_agent.proc.pid, False)
     assert info.protocol == PROTOCOL_VERSION
 
 
@@ -689,7 +691,7 @@ def test_the_agent_stops_when_it_cannot_drop_its_capabilities(asan_agent: Path, 
     for name in ("ws", "home", "state"):
         (tmp_path / name).mkdir()
     sock = run / "agent.sock"
-    args = [str(asan_agent), "init", "--listen", str(sock), "--uid", "1000", "--gid", "1000"]
+    args = [str(asan_agent), "init", "--listen", str(sock), "--uid", str(UID), "--gid", str(GID)]
     args += [
         "--workspace",
         str(tmp_path / "ws"),
